@@ -1,0 +1,320 @@
+"""Neutral transcript model: messages, content parts, tool calls, stable keys and pairing checks.
+
+Every framework adapter and trace loader converts into these types; every other core module
+works on them only. Instances are immutable so a view can share messages with the transcript.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+__all__ = [
+    "ROLES",
+    "ContentPart",
+    "ImagePart",
+    "Message",
+    "PairingError",
+    "PairingIssue",
+    "ReasoningPart",
+    "Role",
+    "TextPart",
+    "ToolCall",
+    "check_pairing",
+    "content_hash",
+    "message_keys",
+    "pairing_issues",
+]
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    """A run of text."""
+
+    text: str
+    type: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """An image, by URL or as a data URL / base64 payload."""
+
+    url: str
+    """`https://…` or `data:<media type>;base64,…`."""
+    media_type: str | None = None
+    detail: str | None = None
+    type: Literal["image"] = "image"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningPart:
+    """A reasoning / thinking item that belongs to the message that carries it."""
+
+    text: str
+    signature: str | None = None
+    """Opaque provider token (Anthropic thinking signature, OpenAI encrypted content)."""
+    type: Literal["reasoning"] = "reasoning"
+
+
+ContentPart: TypeAlias = TextPart | ImagePart | ReasoningPart
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call requested by an assistant message."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+    """Arguments as the JSON text the model produced (kept verbatim: it is part of the prefix)."""
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """Arguments as a dict; `{}` when they are not a JSON object."""
+        try:
+            value = json.loads(self.arguments)
+        except (ValueError, TypeError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of a transcript.
+
+    Attributes:
+        role: `system`, `user`, `assistant` or `tool`.
+        content: plain text, or a tuple of parts (text, image, reasoning).
+        tool_calls: calls requested by an assistant message.
+        tool_call_id: for a tool message, the id of the call it answers.
+        name: for a tool message, the tool's name.
+        id: the framework's own id, when it has one (used as the stable key).
+    """
+
+    role: Role
+    content: str | tuple[ContentPart, ...] = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"unknown message role {self.role!r}; expected one of {ROLES}")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs a tool_call_id")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError(f"only assistant messages carry tool_calls, not {self.role!r}")
+        if isinstance(self.content, list):
+            object.__setattr__(self, "content", tuple(self.content))
+        if isinstance(self.tool_calls, list):
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+
+    @property
+    def text(self) -> str:
+        """The message's visible text: text parts joined, reasoning and images left out."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def parts(self) -> tuple[ContentPart, ...]:
+        """Content as parts (a plain string becomes one text part)."""
+        if isinstance(self.content, str):
+            return (TextPart(self.content),) if self.content else ()
+        return self.content
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; `Message.from_dict` reverses it exactly."""
+        out: dict[str, Any] = {"role": self.role}
+        if isinstance(self.content, str):
+            out["content"] = self.content
+        else:
+            out["content"] = [_part_to_dict(p) for p in self.content]
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        if self.id is not None:
+            out["id"] = self.id
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        """Build a message from `to_dict` output.
+
+        Raises:
+            ValueError: on an unknown role or part type, or a malformed tool call.
+        """
+        raw = data.get("content", "")
+        content: str | tuple[ContentPart, ...]
+        if raw is None:
+            content = ""
+        elif isinstance(raw, str):
+            content = raw
+        elif isinstance(raw, list):
+            content = tuple(_part_from_dict(p) for p in raw)
+        else:
+            raise ValueError(f"message content must be a string or a list, not {type(raw)}")
+        calls = tuple(
+            ToolCall(id=str(c["id"]), name=str(c["name"]), arguments=str(c.get("arguments", "{}")))
+            for c in data.get("tool_calls") or ()
+        )
+        return cls(
+            role=data["role"],
+            content=content,
+            tool_calls=calls,
+            tool_call_id=data.get("tool_call_id"),
+            name=data.get("name"),
+            id=data.get("id"),
+        )
+
+
+def _part_to_dict(part: ContentPart) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    if isinstance(part, ImagePart):
+        out: dict[str, Any] = {"type": "image", "url": part.url}
+        if part.media_type is not None:
+            out["media_type"] = part.media_type
+        if part.detail is not None:
+            out["detail"] = part.detail
+        return out
+    out = {"type": "reasoning", "text": part.text}
+    if part.signature is not None:
+        out["signature"] = part.signature
+    return out
+
+
+def _part_from_dict(data: Mapping[str, Any]) -> ContentPart:
+    kind = data.get("type")
+    if kind == "text":
+        return TextPart(str(data.get("text", "")))
+    if kind == "image":
+        return ImagePart(
+            url=str(data["url"]), media_type=data.get("media_type"), detail=data.get("detail")
+        )
+    if kind == "reasoning":
+        return ReasoningPart(text=str(data.get("text", "")), signature=data.get("signature"))
+    raise ValueError(f"unknown content part type {kind!r}")
+
+
+def content_hash(message: Message) -> str:
+    """sha256 (hex, 16 chars) of the message's canonical JSON, ignoring its framework id."""
+    body = message.to_dict()
+    body.pop("id", None)
+    blob = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def message_keys(messages: Sequence[Message]) -> list[str]:
+    """Stable keys for a transcript (DESIGN §4).
+
+    The framework's id when a message has one (`id:<id>`), else the content hash plus the
+    ordinal among earlier messages with the same hash (`h:<hash>:<n>`). Appending messages
+    never changes the keys of earlier ones.
+    """
+    seen: dict[str, int] = {}
+    keys: list[str] = []
+    for message in messages:
+        if message.id:
+            keys.append(f"id:{message.id}")
+            continue
+        digest = content_hash(message)
+        ordinal = seen.get(digest, 0)
+        seen[digest] = ordinal + 1
+        keys.append(f"h:{digest}:{ordinal}")
+    return keys
+
+
+@dataclass(frozen=True, slots=True)
+class PairingIssue:
+    """One violation of the tool-call pairing rule."""
+
+    index: int
+    """Index of the offending message."""
+    kind: Literal[
+        "orphan_result", "unanswered_call", "duplicate_result", "duplicate_call", "interleaved"
+    ]
+    call_id: str
+    detail: str = field(default="", compare=False)
+
+    def __str__(self) -> str:
+        return f"message {self.index}: {self.kind} (call {self.call_id}) {self.detail}".rstrip()
+
+
+class PairingError(ValueError):
+    """A transcript breaks tool-call pairing."""
+
+    def __init__(self, issues: Sequence[PairingIssue]) -> None:
+        self.issues = list(issues)
+        shown = "; ".join(str(i) for i in self.issues[:5])
+        more = f" (+{len(self.issues) - 5} more)" if len(self.issues) > 5 else ""
+        super().__init__(f"tool-call pairing broken: {shown}{more}")
+
+
+def pairing_issues(
+    messages: Iterable[Message], *, allow_pending_tail: bool = True
+) -> list[PairingIssue]:
+    """List every pairing violation.
+
+    The rule providers enforce: each assistant tool call is answered by exactly one tool
+    message, and those answers directly follow the assistant message (only other answers of
+    the same turn between them). A tool message must answer a call of the assistant turn it
+    follows.
+
+    Args:
+        messages: the transcript.
+        allow_pending_tail: calls of the last assistant turn may still be unanswered (the tool
+            is running); set False to require every call answered.
+    """
+    issues: list[PairingIssue] = []
+    pending: dict[str, int] = {}  # call id -> index of the assistant message
+    answered: set[str] = set()
+    in_tool_block = False
+    for index, message in enumerate(messages):
+        if message.role == "tool":
+            call_id = message.tool_call_id or ""
+            if call_id in pending and in_tool_block:
+                del pending[call_id]
+                answered.add(call_id)
+            elif call_id in answered:
+                issues.append(PairingIssue(index, "duplicate_result", call_id))
+            elif call_id in pending:
+                issues.append(
+                    PairingIssue(index, "interleaved", call_id, "result does not follow its call")
+                )
+                del pending[call_id]
+            else:
+                issues.append(PairingIssue(index, "orphan_result", call_id))
+            continue
+        # Any non-tool message closes the previous assistant turn's answer block.
+        for call_id, at in pending.items():
+            issues.append(PairingIssue(at, "unanswered_call", call_id))
+        pending.clear()
+        in_tool_block = False
+        if message.role == "assistant" and message.tool_calls:
+            for call in message.tool_calls:
+                if call.id in pending or call.id in answered:
+                    issues.append(PairingIssue(index, "duplicate_call", call.id, "call id reused"))
+                pending[call.id] = index
+            in_tool_block = True
+    if pending and not allow_pending_tail:
+        issues.extend(PairingIssue(at, "unanswered_call", cid) for cid, at in pending.items())
+    return issues
+
+
+def check_pairing(messages: Iterable[Message], *, allow_pending_tail: bool = True) -> None:
+    """Raise `PairingError` when `pairing_issues` finds anything."""
+    issues = pairing_issues(messages, allow_pending_tail=allow_pending_tail)
+    if issues:
+        raise PairingError(issues)

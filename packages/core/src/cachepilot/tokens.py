@@ -1,0 +1,223 @@
+"""Token counting: tiktoken when an encoding loads, an approximate counter otherwise.
+
+Counts and encodings are memoised by content digest, so recounting a long history after one
+new message costs O(new content). The fallback says so once (one WARNING per process).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart
+
+__all__ = [
+    "DEFAULT_ENCODING",
+    "MESSAGE_OVERHEAD_TOKENS",
+    "ApproximateEncoding",
+    "Encoding",
+    "TokenCounter",
+    "get_counter",
+    "load_encoding",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ENCODING = "o200k_base"
+MESSAGE_OVERHEAD_TOKENS = 4
+"""Role and separator tokens a chat template adds around each message."""
+IMAGE_TOKENS = 765
+"""Flat charge for one image part (OpenAI's 'high' detail for a 1024x1024 image)."""
+
+_WARNED: set[str] = set()
+_WARN_LOCK = threading.Lock()
+
+
+class Encoding(Protocol):
+    """What `TokenCounter` needs of an encoding."""
+
+    name: str
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Token ids of `text`, special-token strings treated as plain text."""
+        ...
+
+
+_APPROX_SPLIT = re.compile(r"\s+|[A-Za-z]{1,4}|\d{1,3}|[^\sA-Za-z\d]", re.ASCII)
+
+
+class ApproximateEncoding:
+    """Deterministic stand-in for a BPE encoding (about 4 characters of English a token).
+
+    Ids are stable hashes of the pieces, so equal text gives equal ids and a shared prefix of
+    text gives a shared prefix of ids, which is all the cache simulator needs.
+    """
+
+    def __init__(self, name: str = "approximate") -> None:
+        self.name = name
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        pieces = _APPROX_SPLIT.findall(text)
+        out: list[int] = []
+        for piece in pieces:
+            digest = hashlib.blake2b(piece.encode("utf-8", "surrogatepass"), digest_size=4)
+            out.append(int.from_bytes(digest.digest(), "little") & 0x7FFFFFFF)
+        return out
+
+
+def _warn_once(key: str, message: str) -> None:
+    with _WARN_LOCK:
+        if key in _WARNED:
+            return
+        _WARNED.add(key)
+    logger.warning(message)
+
+
+def load_encoding(name: str = DEFAULT_ENCODING) -> Encoding:
+    """Load a tiktoken encoding, or the approximate one (with one warning) when it cannot load.
+
+    tiktoken reads `TIKTOKEN_CACHE_DIR`; on a machine without internet point it at a folder
+    holding the encoding files.
+
+    Raises:
+        ValueError: when `name` is empty.
+    """
+    if not name:
+        raise ValueError("encoding name must be a non-empty string, e.g. 'o200k_base'")
+    if name == "approximate":
+        return ApproximateEncoding()
+    try:
+        import tiktoken
+
+        enc = tiktoken.get_encoding(name)
+    except Exception as exc:  # any load failure (no file, no network, unknown name)
+        _warn_once(
+            f"encoding:{name}",
+            f"tiktoken encoding {name!r} could not be loaded ({type(exc).__name__}); token counts "
+            "are approximate (set TIKTOKEN_CACHE_DIR to a folder holding the encoding files)",
+        )
+        return ApproximateEncoding(f"approximate({name})")
+    return _TiktokenEncoding(enc)
+
+
+class _TiktokenEncoding:
+    def __init__(self, enc: object) -> None:
+        self._enc = enc
+        self.name: str = str(getattr(enc, "name", "tiktoken"))
+        self._encode: Callable[[str], list[int]] = enc.encode_ordinary  # type: ignore[attr-defined]
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return self._encode(text)
+
+
+class TokenCounter:
+    """Counts and encodes text and messages, memoising by content digest.
+
+    Thread-safe. `max_cached_tokens` bounds the memory of the encode cache (ids kept as 32-bit
+    arrays); counts are kept separately and are tiny.
+    """
+
+    def __init__(
+        self,
+        encoding: str | Encoding = DEFAULT_ENCODING,
+        *,
+        max_cached_tokens: int = 50_000_000,
+    ) -> None:
+        if max_cached_tokens < 0:
+            raise ValueError("max_cached_tokens must be >= 0")
+        self.encoding: Encoding = (
+            load_encoding(encoding) if isinstance(encoding, str) else encoding
+        )
+        self.max_cached_tokens = max_cached_tokens
+        self._ids: OrderedDict[bytes, array[int]] = OrderedDict()
+        self._ids_size = 0
+        self._counts: dict[bytes, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def approximate(self) -> bool:
+        """True when counts come from the approximate fallback."""
+        return isinstance(self.encoding, ApproximateEncoding)
+
+    @staticmethod
+    def _digest(text: str) -> bytes:
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+    def encode(self, text: str) -> array[int]:
+        """Token ids of `text` (memoised; do not mutate the returned array)."""
+        if not text:
+            return array("I")
+        key = self._digest(text)
+        with self._lock:
+            hit = self._ids.get(key)
+            if hit is not None:
+                self._ids.move_to_end(key)
+                return hit
+        ids = array("I", self.encoding.encode_ordinary(_scrub(text)))
+        with self._lock:
+            self._counts[key] = len(ids)
+            if self.max_cached_tokens and len(ids) <= self.max_cached_tokens:
+                self._ids[key] = ids
+                self._ids_size += len(ids)
+                while self._ids_size > self.max_cached_tokens and self._ids:
+                    _, dropped = self._ids.popitem(last=False)
+                    self._ids_size -= len(dropped)
+        return ids
+
+    def count(self, text: str) -> int:
+        """Number of tokens in `text` (memoised)."""
+        if not text:
+            return 0
+        key = self._digest(text)
+        with self._lock:
+            known = self._counts.get(key)
+        if known is not None:
+            return known
+        return len(self.encode(text))
+
+    def count_message(self, message: Message) -> int:
+        """Tokens one message adds to a chat request (content, tool calls, overhead)."""
+        total = MESSAGE_OVERHEAD_TOKENS
+        for part in message.parts:
+            if isinstance(part, TextPart | ReasoningPart):
+                total += self.count(part.text)
+            elif isinstance(part, ImagePart):
+                total += IMAGE_TOKENS
+        for call in message.tool_calls:
+            total += self.count(call.name) + self.count(call.arguments) + 3
+        if message.name:
+            total += self.count(message.name)
+        return total
+
+    def count_messages(self, messages: Sequence[Message]) -> int:
+        """Tokens of a whole message list."""
+        return sum(self.count_message(m) for m in messages)
+
+
+def _scrub(text: str) -> str:
+    # Lone surrogates (from undecodable bytes) cannot be encoded by tiktoken.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+_COUNTERS: dict[str, TokenCounter] = {}
+_COUNTERS_LOCK = threading.Lock()
+
+
+def get_counter(encoding: str = DEFAULT_ENCODING) -> TokenCounter:
+    """The process-wide shared counter for an encoding (created on first use)."""
+    with _COUNTERS_LOCK:
+        counter = _COUNTERS.get(encoding)
+        if counter is None:
+            counter = TokenCounter(encoding)
+            _COUNTERS[encoding] = counter
+        return counter

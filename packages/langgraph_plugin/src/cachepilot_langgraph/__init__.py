@@ -1,0 +1,1 @@
+"""cachepilot for LangGraph."""
