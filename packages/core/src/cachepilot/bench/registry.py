@@ -1,0 +1,82 @@
+"""Strategy names and where their code lives (imported lazily: peers need optional extras)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+
+from cachepilot.bench.strategy import Strategy
+
+__all__ = [
+    "ALL_STRATEGIES",
+    "PEER_STRATEGIES",
+    "available_strategies",
+    "make_strategy",
+    "validate_names",
+]
+
+_TARGETS: dict[str, str] = {
+    "vanilla": "cachepilot.bench.baselines:Vanilla",
+    "keep-last-n": "cachepilot.bench.peers.keep_last_n:KeepLastN",
+    "opencode-prune": "cachepilot.bench.peers.opencode_prune:OpenCodePrune",
+    "lc-clear-tool-uses": "cachepilot.bench.peers.lc_clear_tool_uses:LcClearToolUses",
+    "lc-clear-tool-uses-scaled": "cachepilot.bench.peers.lc_clear_tool_uses:LcClearToolUsesScaled",
+    "lc-summarization": "cachepilot.bench.peers.lc_summarization:LcSummarization",
+    "agents-trimmer": "cachepilot.bench.peers.agents_trimmer:AgentsTrimmer",
+}
+
+PEER_STRATEGIES: tuple[str, ...] = (
+    "keep-last-n",
+    "opencode-prune",
+    "lc-clear-tool-uses",
+    "lc-clear-tool-uses-scaled",
+    "lc-summarization",
+    "agents-trimmer",
+)
+ALL_STRATEGIES: tuple[str, ...] = ("vanilla", *PEER_STRATEGIES)
+"""Every strategy `cachepilot bench` runs when none is named, in report order."""
+
+
+def available_strategies() -> list[str]:
+    """Names accepted by `make_strategy`."""
+    return list(_TARGETS)
+
+
+def make_strategy(name: str) -> Strategy:
+    """A fresh instance of the named strategy.
+
+    Raises:
+        ValueError: on an unknown name, or when the strategy's optional dependencies are
+            missing (the message names the extra to install).
+    """
+    target = _TARGETS.get(name)
+    if target is None:
+        raise ValueError(
+            f"unknown strategy {name!r}; choose from: {', '.join(available_strategies())}"
+        )
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(
+            f"strategy {name!r} needs an optional dependency ({exc.name or exc}); "
+            "install it with: pip install 'cachepilot[bench]'"
+        ) from exc
+    strategy = getattr(module, attr)()
+    if not isinstance(strategy, Strategy):
+        raise TypeError(f"{target} did not build a Strategy")
+    return strategy
+
+
+def validate_names(names: Sequence[str]) -> list[str]:
+    """Check strategy names early (before any replay starts); duplicates removed, order kept."""
+    out: list[str] = []
+    for name in names:
+        if name not in _TARGETS:
+            raise ValueError(
+                f"unknown strategy {name!r}; choose from: {', '.join(available_strategies())}"
+            )
+        if name not in out:
+            out.append(name)
+    return out
+

@@ -1,0 +1,201 @@
+"""The `cachepilot` command (DESIGN §8)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = ["main"]
+
+logger = logging.getLogger("cachepilot.cli")
+
+
+class _Progress:
+    """A one-line progress bar on a terminal; silent otherwise."""
+
+    def __init__(self, stream: TextIO, enabled: bool) -> None:
+        self.stream = stream
+        self.enabled = enabled
+        self.started = time.monotonic()
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * done / total) if total else width
+        elapsed = time.monotonic() - self.started
+        label = label if len(label) <= 40 else "…" + label[-39:]
+        self.stream.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:5.1f}s {label:<40}"
+        )
+        if done == total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from cachepilot.sim import DEFAULT_PROFILE, PROFILES
+
+    parser = argparse.ArgumentParser(
+        prog="cachepilot",
+        description="Cache-aware context management for LLM agents.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    bench = sub.add_parser(
+        "bench",
+        help="replay traces through context-management strategies and price them",
+        description="Replay agent traces call by call through each strategy and a provider "
+        "prompt-cache simulator. With no TRACES, replays the built-in demo workload.",
+    )
+    bench.add_argument("traces", nargs="*", help="trace files or folders (formats auto-detected)")
+    bench.add_argument(
+        "--strategy",
+        action="append",
+        dest="strategies",
+        metavar="NAME",
+        help="strategy to run (repeatable; default: all)",
+    )
+    bench.add_argument(
+        "--provider",
+        default=DEFAULT_PROFILE,
+        choices=sorted(PROFILES),
+        help=f"provider cache profile (default: {DEFAULT_PROFILE})",
+    )
+    bench.add_argument("--mode", choices=["isolated", "continuous"], default="isolated")
+    bench.add_argument("--chain", type=int, default=4, help="continuous mode: traces per session")
+    bench.add_argument("--json", dest="json_path", metavar="FILE", help="write results as JSON")
+    bench.add_argument("--plot", metavar="FILE", help="write a PNG chart (needs matplotlib)")
+    bench.add_argument("--workers", type=int, default=0, help="processes (default: all cores)")
+    bench.add_argument("--encoding", default="o200k_base", help="tiktoken encoding")
+    bench.add_argument("--limit", type=int, default=0, help="replay only the first N sessions")
+
+    demo = sub.add_parser(
+        "demo",
+        help="run the built-in demo session through every strategy (no API key needed)",
+        description="Replays the built-in coding session (two tasks, volatile system prompt, "
+        "large reads, logs, HTML) through every strategy on the simulated provider, prints a "
+        "per-call and a total cost table and writes a PNG chart.",
+    )
+    demo.add_argument("--plot", default="cachepilot-demo.png", metavar="FILE")
+    demo.add_argument("--provider", default=DEFAULT_PROFILE, choices=sorted(PROFILES))
+    demo.add_argument("--json", dest="json_path", metavar="FILE")
+    return parser
+
+
+def _load_sessions(paths: Sequence[str]) -> tuple[list[Any], int]:
+    if not paths:
+        from cachepilot.demo_workload import build_demo_session
+
+        return [build_demo_session()], 1
+    from cachepilot.traces import load_paths
+
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise ValueError(f"no such file or folder: {', '.join(missing)}")
+    sessions = load_paths(paths)
+    return sessions, len({s.path or s.id for s in sessions})
+
+
+def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from cachepilot.bench import ALL_STRATEGIES, BenchConfig, prepare_sessions, run_bench
+    from cachepilot.bench.report import format_table, summarize
+
+    config = BenchConfig(
+        provider=args.provider,
+        mode=args.mode,
+        chain=args.chain,
+        workers=args.workers,
+        encoding=args.encoding,
+    )
+    names = args.strategies or list(ALL_STRATEGIES)
+    sessions, traces = _load_sessions(args.traces)
+    sessions = prepare_sessions(sessions, config)
+    if args.limit:
+        sessions = sessions[: args.limit]
+    if not sessions:
+        err.write("no sessions to replay (no trace found or every file was skipped)\n")
+        return 2
+    started = time.monotonic()
+    progress = _Progress(err, err.isatty())
+    results = run_bench(sessions, names, config, progress=progress)
+    wall = time.monotonic() - started
+    doc = summarize(results, config, traces=traces, wall_seconds=wall)
+    out.write(format_table(doc) + "\n")
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        out.write(f"wrote {args.json_path}\n")
+    if args.plot:
+        from cachepilot.bench.plot import write_plot
+
+        write_plot(results, args.plot, title=f"cachepilot bench · {config.provider}")
+        out.write(f"wrote {args.plot}\n")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from cachepilot.bench import ALL_STRATEGIES, BenchConfig, run_bench
+    from cachepilot.bench.plot import write_plot
+    from cachepilot.bench.report import format_table, summarize
+    from cachepilot.demo_workload import build_demo_session
+
+    session = build_demo_session()
+    config = BenchConfig(provider=args.provider, workers=1)
+    results = run_bench([session], list(ALL_STRATEGIES), config)
+    by_name = {r.strategy: r for r in results}
+    names = list(by_name)
+    out.write(f"built-in demo session: {session.id}, simulated provider {config.provider}\n\n")
+    head = f"{'call':>4} " + " ".join(f"{n[:14]:>14}" for n in names)
+    out.write("input cost per call, USD (cumulative at the end)\n" + head + "\n")
+    per_call: dict[str, dict[int, float]] = {}
+    for name, r in by_name.items():
+        bucket: dict[int, float] = {}
+        for c in r.calls:
+            bucket[c.call_number] = bucket.get(c.call_number, 0.0) + c.input_cost_usd
+        per_call[name] = bucket
+    calls = max((len(b) for b in per_call.values()), default=0)
+    for i in range(calls):
+        row = " ".join(f"{per_call[n].get(i, 0.0):>14.5f}" for n in names)
+        out.write(f"{i:>4} {row}\n")
+    doc = summarize(results, config, traces=1)
+    out.write("\n" + format_table(doc) + "\n")
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        out.write(f"wrote {args.json_path}\n")
+    try:
+        write_plot(results, args.plot, title="cachepilot demo · " + config.provider)
+        out.write(f"wrote {args.plot}\n")
+    except ValueError as exc:
+        err.write(f"no chart: {exc}\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `cachepilot` command."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    handlers = {"bench": _cmd_bench, "demo": _cmd_demo}
+    try:
+        return handlers[args.command](args, sys.stdout, sys.stderr)
+    except ValueError as exc:
+        sys.stderr.write(f"cachepilot {args.command}: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
