@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_ENCODING = "o200k_base"
 MESSAGE_OVERHEAD_TOKENS = 4
 """Role and separator tokens a chat template adds around each message."""
+_MAX_MEMO_ENTRIES = 200_000
 IMAGE_TOKENS = 765
 """Flat charge for one image part (OpenAI's 'high' detail for a 1024x1024 image)."""
 
@@ -138,6 +139,10 @@ class TokenCounter:
         self._ids: OrderedDict[bytes, array[int]] = OrderedDict()
         self._ids_size = 0
         self._counts: dict[bytes, int] = {}
+        # Identity memo: the same Message object passed again costs one dict lookup. The
+        # entry keeps the message alive, so its id() cannot be reused while cached.
+        self._by_object: OrderedDict[int, tuple[Message, int]] = OrderedDict()
+        self._by_key: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -181,8 +186,32 @@ class TokenCounter:
             return known
         return len(self.encode(text))
 
-    def count_message(self, message: Message) -> int:
-        """Tokens one message adds to a chat request (content, tool calls, overhead)."""
+    def count_message(self, message: Message, key: str | None = None) -> int:
+        """Tokens one message adds to a chat request (content, tool calls, overhead).
+
+        Args:
+            message: the message.
+            key: its stable key (`messages.message_keys`), when the caller has it: a known key
+                is answered without touching the content.
+        """
+        with self._lock:
+            if key is not None and key in self._by_key:
+                return self._by_key[key]
+            hit = self._by_object.get(id(message))
+            if hit is not None and hit[0] is message:
+                return hit[1]
+        total = self._count_message_uncached(message)
+        with self._lock:
+            self._by_object[id(message)] = (message, total)
+            if len(self._by_object) > _MAX_MEMO_ENTRIES:
+                self._by_object.popitem(last=False)
+            if key is not None:
+                self._by_key[key] = total
+                if len(self._by_key) > _MAX_MEMO_ENTRIES:
+                    self._by_key.popitem(last=False)
+        return total
+
+    def _count_message_uncached(self, message: Message) -> int:
         total = MESSAGE_OVERHEAD_TOKENS
         for part in message.parts:
             if isinstance(part, TextPart | ReasoningPart):
@@ -195,8 +224,14 @@ class TokenCounter:
             total += self.count(message.name)
         return total
 
-    def count_messages(self, messages: Sequence[Message]) -> int:
-        """Tokens of a whole message list."""
+    def count_messages(
+        self, messages: Sequence[Message], keys: Sequence[str] | None = None
+    ) -> int:
+        """Tokens of a whole message list (O(new messages) when called again on a longer one)."""
+        if keys is not None:
+            if len(keys) != len(messages):
+                raise ValueError("keys must align with messages")
+            return sum(self.count_message(m, k) for m, k in zip(messages, keys, strict=True))
         return sum(self.count_message(m) for m in messages)
 
 
