@@ -151,7 +151,9 @@ def _image_from_url(url: str, detail: Any = None) -> ImagePart:
     media_type = None
     if url.startswith("data:") and ";" in url:
         media_type = url[5 : url.index(";")] or None
-    return ImagePart(url=url, media_type=media_type, detail=detail if isinstance(detail, str) else None)
+    return ImagePart(
+        url=url, media_type=media_type, detail=detail if isinstance(detail, str) else None
+    )
 
 
 def openai_content(raw: Any) -> str | tuple[ContentPart, ...]:
@@ -163,11 +165,11 @@ def openai_content(raw: Any) -> str | tuple[ContentPart, ...]:
     if not isinstance(raw, list):
         return json.dumps(raw, ensure_ascii=False)
     parts: list[ContentPart] = []
-    for block in raw:
-        if isinstance(block, str):
-            parts.append(TextPart(block))
+    for entry in raw:
+        if isinstance(entry, str):
+            parts.append(TextPart(entry))
             continue
-        block = as_dict(block)
+        block = as_dict(entry)
         kind = block.get("type")
         if kind in ("text", "input_text", "output_text"):
             parts.append(TextPart(str(block.get("text", ""))))
@@ -187,8 +189,8 @@ def openai_content(raw: Any) -> str | tuple[ContentPart, ...]:
 def openai_tool_calls(raw: Any, *, prefix: str = "call") -> list[ToolCall]:
     """`tool_calls` of an OpenAI-chat assistant message (arguments kept verbatim)."""
     calls: list[ToolCall] = []
-    for n, entry in enumerate(as_list(raw)):
-        entry = as_dict(entry)
+    for n, raw_call in enumerate(as_list(raw)):
+        entry = as_dict(raw_call)
         function = as_dict(entry.get("function"))
         name = function.get("name") or entry.get("name") or ""
         arguments = function.get("arguments", entry.get("arguments", "{}"))
@@ -203,7 +205,9 @@ def openai_tool_calls(raw: Any, *, prefix: str = "call") -> list[ToolCall]:
 
 
 def _orphan_message(message: Message) -> Message:
-    label = f"[tool result without a matching call: {message.name or 'tool'} {message.tool_call_id}]"
+    label = (
+        f"[tool result without a matching call: {message.name or 'tool'} {message.tool_call_id}]"
+    )
     if isinstance(message.content, str):
         content: str | tuple[ContentPart, ...] = f"{label}\n{message.content}"
     else:
@@ -231,7 +235,12 @@ def repair_pairing(items: Iterable[Item]) -> tuple[list[Item], int]:
             for calls in pending.values():
                 for call in calls:
                     out.append(
-                        (Message(role="tool", content=NO_RESULT, tool_call_id=call.id, name=call.name), None)
+                        (
+                            Message(
+                                role="tool", content=NO_RESULT, tool_call_id=call.id, name=call.name
+                            ),
+                            None,
+                        )
                     )
                     repairs += 1
         pending.clear()
@@ -239,7 +248,8 @@ def repair_pairing(items: Iterable[Item]) -> tuple[list[Item], int]:
             out.append((orphan, None))
         deferred.clear()
 
-    for message, info in items:
+    for original, info in items:
+        message = original
         if message.role == "tool":
             call_id = message.tool_call_id or ""
             open_calls = pending.get(call_id)
@@ -307,7 +317,11 @@ def build_session(
     calls: list[RecordedCall] = []
     for index, (message, info) in enumerate(repaired):
         if message.role == "assistant" and info is not None and not info.empty:
-            calls.append(RecordedCall(index=index, timestamp=info.timestamp, usage=info.usage, model=info.model))
+            calls.append(
+                RecordedCall(
+                    index=index, timestamp=info.timestamp, usage=info.usage, model=info.model
+                )
+            )
     if model is None:
         model = next((c.model for c in calls if c.model), None)
     out_meta = dict(meta or {})

@@ -69,7 +69,10 @@ class _Turn:
 
     def message(self) -> Message:
         return Message(
-            role="assistant", content=join_content(self.parts), tool_calls=tuple(self.calls), id=self.message_id
+            role="assistant",
+            content=join_content(self.parts),
+            tool_calls=tuple(self.calls),
+            id=self.message_id,
         )
 
 
@@ -87,16 +90,18 @@ def _image(block: dict[str, Any]) -> ImagePart:
     if source.get("type") == "url":
         return ImagePart(url=str(source.get("url", "")))
     media_type = str(source.get("media_type") or "image/png")
-    return ImagePart(url=f"data:{media_type};base64,{source.get('data', '')}", media_type=media_type)
+    return ImagePart(
+        url=f"data:{media_type};base64,{source.get('data', '')}", media_type=media_type
+    )
 
 
 def _user_parts(blocks: list[Any]) -> list[ContentPart]:
     parts: list[ContentPart] = []
-    for block in blocks:
-        if isinstance(block, str):
-            parts.append(TextPart(block))
+    for entry in blocks:
+        if isinstance(entry, str):
+            parts.append(TextPart(entry))
             continue
-        block = as_dict(block)
+        block = as_dict(entry)
         kind = block.get("type")
         if kind == "text":
             parts.append(TextPart(str(block.get("text", ""))))
@@ -131,23 +136,33 @@ def _add_assistant(segment: _Segment, row: dict[str, Any], seen_ids: set[str]) -
             unique = f"{message_id}~{n}"
             n += 1
         seen_ids.add(unique)
-        turn = _Turn(source_id=message_id, message_id=unique, timestamp=iso_to_unix(row.get("timestamp")))
+        turn = _Turn(
+            source_id=message_id, message_id=unique, timestamp=iso_to_unix(row.get("timestamp"))
+        )
         segment.entries.append(turn)
         segment.last_turn = turn
     content = message.get("content")
     blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
-    for block in blocks:
-        block = as_dict(block)
+    for entry in blocks:
+        block = as_dict(entry)
         kind = block.get("type")
         if kind == "text":
             turn.parts.append(TextPart(str(block.get("text", ""))))
         elif kind == "thinking":
-            turn.parts.append(ReasoningPart(str(block.get("thinking", "")), signature=block.get("signature")))
+            turn.parts.append(
+                ReasoningPart(str(block.get("thinking", "")), signature=block.get("signature"))
+            )
         elif kind == "redacted_thinking":
             turn.parts.append(ReasoningPart("", signature=block.get("data")))
         elif kind == "tool_use":
             arguments = json.dumps(block.get("input", {}), ensure_ascii=False)
-            turn.calls.append(ToolCall(id=str(block.get("id", "")), name=str(block.get("name", "")), arguments=arguments))
+            turn.calls.append(
+                ToolCall(
+                    id=str(block.get("id", "")),
+                    name=str(block.get("name", "")),
+                    arguments=arguments,
+                )
+            )
         elif block:
             turn.parts.append(TextPart(json.dumps(block, ensure_ascii=False)))
     usage = message.get("usage")
@@ -167,7 +182,9 @@ def _add_user(segment: _Segment, row: dict[str, Any], names: dict[str, str]) -> 
             segment.meta["compact_summary"] = content
         elif isinstance(content, list):
             parts = _user_parts(content)
-            segment.meta["compact_summary"] = "\n".join(p.text for p in parts if isinstance(p, TextPart))
+            segment.meta["compact_summary"] = "\n".join(
+                p.text for p in parts if isinstance(p, TextPart)
+            )
     if isinstance(content, str):
         segment.entries.append(Message(role="user", content=content, id=ident))
         return
@@ -188,7 +205,13 @@ def _add_user(segment: _Segment, row: dict[str, Any], names: dict[str, str]) -> 
         )
     if others:
         parts = _user_parts(others)
-        segment.entries.append(Message(role="user", content=join_content(parts), id=f"{ident}:u" if results and ident else ident))
+        segment.entries.append(
+            Message(
+                role="user",
+                content=join_content(parts),
+                id=f"{ident}:u" if results and ident else ident,
+            )
+        )
 
 
 def _file_kind(path: Path, sidechain: bool) -> str:
@@ -206,7 +229,11 @@ def load(path: Path, rel: str) -> list[Session]:
         TraceError: when the file holds no Claude Code rows.
     """
     rows = [r for r in read_jsonl(path) if isinstance(r, dict)]
-    messages_rows = [r for r in rows if r.get("type") in ("user", "assistant") and isinstance(r.get("message"), dict)]
+    messages_rows = [
+        r
+        for r in rows
+        if r.get("type") in ("user", "assistant") and isinstance(r.get("message"), dict)
+    ]
     if not messages_rows:
         raise TraceError("no user/assistant rows")
     sidechain_file = bool(messages_rows[0].get("isSidechain"))
@@ -257,7 +284,9 @@ def load(path: Path, rel: str) -> list[Session]:
         meta = {**base_meta, **segment.meta}
         if n:
             meta["segment"] = n + 1
-        first_usage = next((e.usage for e in segment.entries if isinstance(e, _Turn) and e.usage), None)
+        first_usage = next(
+            (e.usage for e in segment.entries if isinstance(e, _Turn) and e.usage), None
+        )
         if first_usage is not None:
             meta["first_call_input_tokens"] = first_usage.input_tokens
         session = build_session(

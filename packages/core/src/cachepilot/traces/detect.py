@@ -54,7 +54,7 @@ def sniff(head: bytes, tail: bytes = b"", name: str = "") -> str | None:
 
 
 def detect_format(path: str | os.PathLike[str]) -> str | None:
-    """Detect the trace format of a file from its content and name; None when unknown or unreadable."""
+    """Detect a file's trace format from its content and name; None when unknown or unreadable."""
     file = Path(path)
     try:
         with file.open("rb") as fh:

@@ -82,9 +82,16 @@ def _items_v1(raw: list[dict[str, Any]]) -> list[Item]:
                     arguments=json.dumps({"command": actions[0].strip()}, ensure_ascii=False),
                 )
                 calls = (open_call,)
-            items.append((Message(role="assistant", content=content, tool_calls=calls), _call_info(message)))
+            items.append(
+                (Message(role="assistant", content=content, tool_calls=calls), _call_info(message))
+            )
         elif role == "user" and open_call is not None:
-            items.append((Message(role="tool", content=content, tool_call_id=open_call.id, name="bash"), None))
+            items.append(
+                (
+                    Message(role="tool", content=content, tool_call_id=open_call.id, name="bash"),
+                    None,
+                )
+            )
             open_call = None
         elif role in ("system", "user"):
             open_call = None
@@ -102,16 +109,25 @@ def _items_v1_1(raw: list[dict[str, Any]], meta: dict[str, Any]) -> list[Item]:
             reasoning = message.get("reasoning_content")
             if isinstance(reasoning, str) and reasoning:
                 rest: tuple[ContentPart, ...] = (
-                    content if isinstance(content, tuple) else ((TextPart(content),) if content else ())
+                    content
+                    if isinstance(content, tuple)
+                    else ((TextPart(content),) if content else ())
                 )
                 content = (ReasoningPart(reasoning), *rest)
             calls = openai_tool_calls(message.get("tool_calls"))
             names.update((c.id, c.name) for c in calls)
-            items.append((Message(role="assistant", content=content, tool_calls=tuple(calls)), _call_info(message)))
+            items.append(
+                (
+                    Message(role="assistant", content=content, tool_calls=tuple(calls)),
+                    _call_info(message),
+                )
+            )
         elif role == "tool":
             call_id = str(message.get("tool_call_id") or "")
             name = message.get("name") or names.get(call_id)
-            items.append((Message(role="tool", content=content, tool_call_id=call_id, name=name), None))
+            items.append(
+                (Message(role="tool", content=content, tool_call_id=call_id, name=name), None)
+            )
         elif role in ("system", "user"):
             items.append((Message(role=role, content=content), None))
         elif role == "exit":

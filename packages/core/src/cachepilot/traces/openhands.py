@@ -49,7 +49,9 @@ __all__ = ["FORMAT", "load"]
 logger = logging.getLogger(__name__)
 
 FORMAT = "openhands"
-_SILENT_OBSERVATIONS = frozenset({"agent_state_changed", "null", "user_rejected", "agent_condensation"})
+_SILENT_OBSERVATIONS = frozenset(
+    {"agent_state_changed", "null", "user_rejected", "agent_condensation"}
+)
 
 
 class _Turn:
@@ -57,7 +59,13 @@ class _Turn:
 
     __slots__ = ("calls", "content", "info", "message_id", "response_id")
 
-    def __init__(self, response_id: str, message_id: str, content: str | tuple[ContentPart, ...], info: CallInfo):
+    def __init__(
+        self,
+        response_id: str,
+        message_id: str,
+        content: str | tuple[ContentPart, ...],
+        info: CallInfo,
+    ):
         self.response_id = response_id
         self.message_id = message_id
         self.content = content
@@ -65,7 +73,9 @@ class _Turn:
         self.calls: list[ToolCall] = []
 
     def message(self) -> Message:
-        return Message(role="assistant", content=self.content, tool_calls=tuple(self.calls), id=self.message_id)
+        return Message(
+            role="assistant", content=self.content, tool_calls=tuple(self.calls), id=self.message_id
+        )
 
 
 def _response_message(response: dict[str, Any]) -> dict[str, Any]:
@@ -92,8 +102,8 @@ def _new_turn(event: dict[str, Any], response: dict[str, Any], response_id: str)
 
 
 def _arguments(event: dict[str, Any], response: dict[str, Any], call_id: str) -> str:
-    for call in as_list(_response_message(response).get("tool_calls")):
-        call = as_dict(call)
+    for raw_call in as_list(_response_message(response).get("tool_calls")):
+        call = as_dict(raw_call)
         if call.get("id") == call_id:
             arguments = as_dict(call.get("function")).get("arguments")
             if isinstance(arguments, str):
@@ -144,11 +154,13 @@ def _recall_text(extras: dict[str, Any]) -> str:
         runtime.append(f"Today's date is {extras['date']} (UTC).")
     if runtime:
         blocks.append("<RUNTIME_INFORMATION>\n" + "\n\n".join(runtime) + "\n</RUNTIME_INFORMATION>")
-    for agent in as_list(extras.get("microagent_knowledge")):
-        agent = as_dict(agent)
+    for raw_agent in as_list(extras.get("microagent_knowledge")):
+        agent = as_dict(raw_agent)
+        trigger = agent.get("trigger")
         blocks.append(
             "<EXTRA_INFO>\n"
-            f'The following information has been included based on a keyword match for "{agent.get("trigger")}".\n'
+            "The following information has been included based on a keyword match for "
+            f'"{trigger}".\n'
             "It may or may not be relevant to the user's request.\n\n"
             f"{agent.get('content', '')}\n</EXTRA_INFO>"
         )
@@ -170,7 +182,11 @@ def _record_session(record: dict[str, Any], session_id: str, path: Path) -> Sess
         if action == "system":
             args = as_dict(event.get("args"))
             tools = [t for t in as_list(args.get("tools")) if isinstance(t, dict)]
-            text = args.get("content") if isinstance(args.get("content"), str) else event.get("message")
+            text = (
+                args.get("content")
+                if isinstance(args.get("content"), str)
+                else event.get("message")
+            )
             items.append((Message(role="system", content=str(text or ""), id=event_id), None))
         elif action is not None and call_id:
             response = as_dict(metadata.get("model_response"))
@@ -179,14 +195,27 @@ def _record_session(record: dict[str, Any], session_id: str, path: Path) -> Sess
                 last_turn = _new_turn(event, response, response_id)
                 items.append(last_turn)
             last_turn.calls.append(
-                ToolCall(id=str(call_id), name=str(metadata.get("function_name") or action), arguments=_arguments(event, response, str(call_id)))
+                ToolCall(
+                    id=str(call_id),
+                    name=str(metadata.get("function_name") or action),
+                    arguments=_arguments(event, response, str(call_id)),
+                )
             )
         elif action == "message":
             args = as_dict(event.get("args"))
-            text = args.get("content") if isinstance(args.get("content"), str) else event.get("message")
+            text = (
+                args.get("content")
+                if isinstance(args.get("content"), str)
+                else event.get("message")
+            )
             if event.get("source") == "agent":
                 last_turn = None
-                items.append((Message(role="assistant", content=str(text or ""), id=event_id), CallInfo(timestamp=iso_to_unix(event.get("timestamp")))))
+                items.append(
+                    (
+                        Message(role="assistant", content=str(text or ""), id=event_id),
+                        CallInfo(timestamp=iso_to_unix(event.get("timestamp"))),
+                    )
+                )
             else:
                 parts: list[ContentPart] = [TextPart(str(text or ""))]
                 parts.extend(ImagePart(url=str(u)) for u in as_list(args.get("image_urls")) if u)
@@ -198,7 +227,18 @@ def _record_session(record: dict[str, Any], session_id: str, path: Path) -> Sess
                     items.append((Message(role="user", content=text, id=event_id), None))
             elif call_id:
                 name = str(metadata.get("function_name") or observation)
-                items.append((Message(role="tool", content=_observation_text(event), tool_call_id=str(call_id), name=name, id=event_id), None))
+                items.append(
+                    (
+                        Message(
+                            role="tool",
+                            content=_observation_text(event),
+                            tool_call_id=str(call_id),
+                            name=name,
+                            id=event_id,
+                        ),
+                        None,
+                    )
+                )
             elif observation not in _SILENT_OBSERVATIONS:
                 text = _observation_text(event)
                 if observation == "error":

@@ -75,17 +75,34 @@ def _items(history: list[dict[str, Any]], model: str | None) -> list[Item]:
                 )
                 calls = [open_call]
             names.update((c.id, c.name) for c in calls)
-            items.append((Message(role="assistant", content=content, tool_calls=tuple(calls)), info))
+            items.append(
+                (Message(role="assistant", content=content, tool_calls=tuple(calls)), info)
+            )
         elif role == "tool":
             open_call = None
             ids = entry.get("tool_call_ids")
             if not isinstance(ids, list):
                 ids = [entry.get("tool_call_id")]
-            for call_id in ids:
-                call_id = str(call_id or "")
-                items.append((Message(role="tool", content=content, tool_call_id=call_id, name=names.get(call_id)), None))
+            for raw_id in ids:
+                call_id = str(raw_id or "")
+                items.append(
+                    (
+                        Message(
+                            role="tool",
+                            content=content,
+                            tool_call_id=call_id,
+                            name=names.get(call_id),
+                        ),
+                        None,
+                    )
+                )
         elif role == "user" and open_call is not None:
-            items.append((Message(role="tool", content=content, tool_call_id=open_call.id, name="bash"), None))
+            items.append(
+                (
+                    Message(role="tool", content=content, tool_call_id=open_call.id, name="bash"),
+                    None,
+                )
+            )
             open_call = None
         elif role in ("system", "user"):
             open_call = None
@@ -110,5 +127,12 @@ def load(path: Path, rel: str) -> list[Session]:
         meta["exit_status"] = info["exit_status"]
     if any(e.get("is_demo") for e in history):
         meta["has_demonstration"] = True
-    session = build_session(session_id=rel, source=FORMAT, items=_items(history, model), path=path, model=model, meta=meta)
+    session = build_session(
+        session_id=rel,
+        source=FORMAT,
+        items=_items(history, model),
+        path=path,
+        model=model,
+        meta=meta,
+    )
     return [session] if session is not None else []

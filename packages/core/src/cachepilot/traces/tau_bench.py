@@ -53,11 +53,15 @@ def _items(traj: list[Any], model: str | None) -> list[Item]:
         if role == "assistant":
             calls = openai_tool_calls(message.get("tool_calls"))
             names.update((c.id, c.name) for c in calls)
-            items.append((Message(role="assistant", content=content, tool_calls=tuple(calls)), info))
+            items.append(
+                (Message(role="assistant", content=content, tool_calls=tuple(calls)), info)
+            )
         elif role == "tool":
             call_id = str(message.get("tool_call_id") or "")
             name = message.get("name") or names.get(call_id)
-            items.append((Message(role="tool", content=content, tool_call_id=call_id, name=name), None))
+            items.append(
+                (Message(role="tool", content=content, tool_call_id=call_id, name=name), None)
+            )
         elif role in ("system", "user"):
             items.append((Message(role=role, content=content), None))
     return items
@@ -79,11 +83,20 @@ def load(path: Path, rel: str) -> list[Session]:
     ids = unique_ids(rel, [f"task{r.get('task_id')}-trial{r.get('trial', 0)}" for r in runs])
     sessions: list[Session] = []
     for session_id, run in zip(ids, runs, strict=True):
-        meta: dict[str, Any] = {"task_id": run.get("task_id"), "trial": run.get("trial"), "reward": run.get("reward")}
+        meta: dict[str, Any] = {
+            "task_id": run.get("task_id"),
+            "trial": run.get("trial"),
+            "reward": run.get("reward"),
+        }
         if env:
             meta["env"] = env
         session = build_session(
-            session_id=session_id, source=FORMAT, items=_items(run["traj"], model), path=path, model=model, meta=meta
+            session_id=session_id,
+            source=FORMAT,
+            items=_items(run["traj"], model),
+            path=path,
+            model=model,
+            meta=meta,
         )
         if session is not None:
             sessions.append(session)
