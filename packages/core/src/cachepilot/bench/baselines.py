@@ -14,4 +14,6 @@ class Vanilla(StatefulStrategy):
 
     def view(self, call: CallContext) -> PreparedCall:
         ctx = self.ctx
-        return PreparedCall(system=self.system_for(call), messages=tuple(self.state), tools=ctx.tools)
+        return PreparedCall(
+            system=self.system_for(call), messages=tuple(self.state), tools=ctx.tools
+        )

@@ -24,7 +24,9 @@ _CAMEL = r"[a-z]+[A-Z]\w+|[A-Z][a-z]+[A-Z]\w+"
 _NUMBER = r"(?<![\w.])\d{4,}(?:\.\d+)?(?![\w.])|(?<![\w.])\d+\.\d+\.\d+(?![\w.])"
 _HEX = r"\b[0-9a-f]{7,40}\b"
 _QUOTED = r"\"([^\"\n]{4,80})\"|'([^'\n]{4,80})'"
-_CANDIDATE = re.compile("|".join(f"(?:{p})" for p in (_PATH, _DOTTED, _SNAKE, _CAMEL, _NUMBER, _HEX)))
+_CANDIDATE = re.compile(
+    "|".join(f"(?:{p})" for p in (_PATH, _DOTTED, _SNAKE, _CAMEL, _NUMBER, _HEX))
+)
 _QUOTE = re.compile(_QUOTED)
 _MAX_FACTS_PER_CALL = 24
 _MIN_LEN = 4

@@ -246,7 +246,7 @@ def run_session(
                 tools=session.tools,
                 context_window=window,
                 counter=counter,
-                trace_peak_tokens=peak_tokens + hidden,
+                trace_peak_tokens=peak_tokens,
             )
         )
     except Exception as exc:
@@ -325,7 +325,9 @@ def run_session(
         if lost_source is not None:
             request = _round_trip_request(view, body[lost_source], strategy.can_recall)
             usage = sim.submit(request, output_tokens=ROUND_TRIP_OUTPUT_TOKENS)
-            result.calls.append(_priced(call_number, "round_trip", usage, sim, profile.price, False))
+            result.calls.append(
+                _priced(call_number, "round_trip", usage, sim, profile.price, False)
+            )
         call_number += 1
     return result
 
@@ -347,7 +349,7 @@ def _extends(previous: PreparedCall, current: PreparedCall) -> bool:
     return all(a is b or a == b for a, b in zip(before, now, strict=False))
 
 
-def _priced(
+def _priced(  # noqa: PLR0917 - private helper, called positionally in one place
     call_number: int,
     kind: Literal["call", "extra", "round_trip"],
     usage: Usage,

@@ -79,4 +79,3 @@ def validate_names(names: Sequence[str]) -> list[str]:
         if name not in out:
             out.append(name)
     return out
-

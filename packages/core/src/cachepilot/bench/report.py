@@ -81,7 +81,9 @@ def summarize(
             for n in names
         }
     first = names[0] if names else None
-    calls = sum(len([c for c in r.calls if c.kind == "call"]) for r in results if r.strategy == first)
+    calls = sum(
+        len([c for c in r.calls if c.kind == "call"]) for r in results if r.strategy == first
+    )
     doc: dict[str, Any] = {
         "provider": config.provider,
         "mode": config.mode,

@@ -51,18 +51,26 @@ class KeepLastN(StatefulStrategy):
         self.keep_turns = keep_turns
         self.trigger_fraction = trigger_fraction
         self._previous: Sequence[Message] = ()
+        self._base_tokens = 0
+        self._counts: list[int] = []
         self._pairing = PairingWatch(logger, self.name)
 
     def start(self, session: SessionContext) -> None:
         super().start(session)
         self._previous = ()
+        self._base_tokens = request_tokens(session.counter, session.system, (), session.tools)
+        self._counts = []
         self._pairing = PairingWatch(logger, self.name)
 
-    def window(self, messages: Sequence[Message]) -> Sequence[Message]:
-        """The messages this peer sends for a full transcript `messages`."""
-        ctx = self.ctx
-        limit = self.trigger_fraction * ctx.context_window
-        if request_tokens(ctx.counter, ctx.system, messages, ctx.tools) <= limit:
+    def _request_tokens(self) -> int:
+        counter = self.ctx.counter
+        for message in self.state[len(self._counts) :]:
+            self._counts.append(counter.count_message(message))
+        return self._base_tokens + sum(self._counts)
+
+    def window(self, messages: Sequence[Message], tokens: int) -> Sequence[Message]:
+        """The messages this peer sends for a full transcript of `tokens` request tokens."""
+        if tokens <= self.trigger_fraction * self.ctx.context_window:
             return messages
         starts = user_turn_starts(messages)
         if len(starts) <= self.keep_turns:
@@ -70,12 +78,12 @@ class KeepLastN(StatefulStrategy):
         return messages[starts[-self.keep_turns] :]
 
     def view(self, call: CallContext) -> PreparedCall:
-        messages = list(self.window(self.state))
+        messages = list(self.window(self.state, self._request_tokens()))
         self._pairing.check(messages, call.call_number)
         maintenance = bool(self._previous) and not is_prefix(self._previous, messages)
         self._previous = messages
         return PreparedCall(
-            system=self.ctx.system,
+            system=self.system_for(call),
             messages=messages,
             tools=self.ctx.tools,
             maintenance=maintenance,

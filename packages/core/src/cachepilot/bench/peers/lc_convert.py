@@ -30,6 +30,7 @@ from typing import Any
 
 from langchain_core.messages import (
     AIMessage,
+    AnyMessage,
     BaseMessage,
     HumanMessage,
     SystemMessage,
@@ -52,6 +53,7 @@ __all__ = [
     "LcConverter",
     "from_lc",
     "from_lc_message",
+    "from_lc_reusing",
     "to_lc",
 ]
 
@@ -159,7 +161,7 @@ class LcConverter:
         self._seen[digest] = ordinal + 1
         return f"{SYNTHETIC_ID_PREFIX}h:{digest}:{ordinal}"
 
-    def convert(self, message: Message) -> BaseMessage:
+    def convert(self, message: Message) -> AnyMessage:
         """The LangChain message for one neutral message."""
         msg_id = self.lc_id(message)
         content = _content_to_lc(message.content)
@@ -196,12 +198,12 @@ class LcConverter:
             name=message.name,
         )
 
-    def convert_all(self, messages: Iterable[Message]) -> list[BaseMessage]:
+    def convert_all(self, messages: Iterable[Message]) -> list[AnyMessage]:
         """Convert a sequence (continuing this converter's key counters)."""
         return [self.convert(m) for m in messages]
 
 
-def to_lc(messages: Iterable[Message]) -> list[BaseMessage]:
+def to_lc(messages: Iterable[Message]) -> list[AnyMessage]:
     """Neutral messages -> LangChain messages (fresh id counters)."""
     return LcConverter().convert_all(messages)
 
@@ -269,3 +271,32 @@ def from_lc_message(message: BaseMessage) -> Message:
 def from_lc(messages: Sequence[BaseMessage]) -> list[Message]:
     """LangChain messages -> neutral messages."""
     return [from_lc_message(m) for m in messages]
+
+
+def _same(a: BaseMessage, b: BaseMessage) -> bool:
+    if type(a) is not type(b) or a.content != b.content or a.name != b.name:
+        return False
+    if isinstance(a, AIMessage) and isinstance(b, AIMessage):
+        return a.tool_calls == b.tool_calls and a.invalid_tool_calls == b.invalid_tool_calls
+    if isinstance(a, ToolMessage) and isinstance(b, ToolMessage):
+        return a.tool_call_id == b.tool_call_id
+    return True
+
+
+def from_lc_reusing(
+    messages: Sequence[BaseMessage], known: Mapping[str, tuple[BaseMessage, Message]]
+) -> list[Message]:
+    """Like `from_lc`, but a message equal to a known original returns that original object.
+
+    Args:
+        messages: LangChain messages (e.g. what a middleware handed to the model).
+        known: LangChain id -> (the LangChain message we produced, its neutral original).
+    """
+    out: list[Message] = []
+    for message in messages:
+        hit = known.get(message.id) if message.id is not None else None
+        if hit is not None and (hit[0] is message or _same(hit[0], message)):
+            out.append(hit[1])
+        else:
+            out.append(from_lc_message(message))
+    return out

@@ -3,18 +3,20 @@
 Source mirrored (TypeScript, not importable from Python, so this is a faithful port):
 
 - `sst/opencode` `packages/opencode/src/session/compaction.ts`, function `prune`, at commit
-  `3df4a25506fb5ef55e4a02142708448c07fa754a` (identical at `31e22f65a23c498639b8cef24b90e6ae193cdcb6`):
+  `3df4a25506fb5ef55e4a02142708448c07fa754a` (the same `prune` at
+  `31e22f65a23c498639b8cef24b90e6ae193cdcb6`):
   `PRUNE_MINIMUM = 20_000`, `PRUNE_PROTECT = 40_000`, `PRUNE_PROTECTED_TOOLS = ["skill"]`;
   walk messages backwards counting user messages, skip everything until the second user
   message from the end (the last 2 user turns are protected), stop at an assistant summary
   or at the first already-compacted tool part; within a message walk tool parts backwards,
   sum `Token.estimate(output)`; parts beyond the first 40k tokens are candidates; mark them
   compacted only when their total is strictly above 20k.
-- `Token.estimate` (`packages/opencode/src/util/token.ts`):
+- `Token.estimate` (`packages/opencode/src/util/token.ts`, upstream `CHARS_PER_TOKEN = 4`):
   `Math.max(0, Math.round((input || "").length / 4))` on UTF-16 length.
 - What the model sees for a compacted part (`packages/opencode/src/session/message-v2.ts`,
   `toModelMessages`, `anomalyco/opencode` at `007a9409bafea06d6b9084ff1f6d1fe9f5e3a803`): the
-  output becomes `"[Old tool result content cleared]"` and its attachments are dropped.
+  output becomes `"[Old tool result content cleared]"` and its attachments are dropped (the
+  same string `compaction.ts` uses when it serializes a compacted part).
 - When it runs (`packages/opencode/src/session/prompt.ts`, `sst/opencode` at
   `00d0a710e3c90c3661126ded4df5302d54a8c6e6`): forked once the run loop of a user turn ends,
   i.e. before the next user message. Here: when a call's new messages contain a user
@@ -164,7 +166,7 @@ class OpenCodePrune(StatefulStrategy):
         messages = list(self.state)
         self._pairing.check(messages, call.call_number)
         return PreparedCall(
-            system=self.ctx.system,
+            system=self.system_for(call),
             messages=messages,
             tools=self.ctx.tools,
             maintenance=self._pruned_this_call,
