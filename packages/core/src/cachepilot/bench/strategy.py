@@ -41,7 +41,7 @@ class SessionContext:
     counter: TokenCounter
     """Shared token counter (use it; it is memoised)."""
     trace_peak_tokens: int = 0
-    """Tokens of the session's largest full-history request (for triggers scaled to the trace)."""
+    """Tokens of the largest full-history request (system, tools, messages; no hidden prefix)."""
 
 
 @dataclass(frozen=True, slots=True)
