@@ -13,9 +13,20 @@ from cachepilot.cli import main
 from cachepilot.traces import load_paths
 
 CONTRACT_KEYS = {
-    "cost_usd", "input_cost_usd", "input_tokens", "cached_tokens", "cache_write_tokens",
-    "uncached_tokens", "output_tokens", "hit_rate", "peak_context_tokens", "mean_context_tokens",
-    "prefix_breaks", "fidelity_visible", "fidelity_recoverable", "recalls",
+    "cost_usd",
+    "input_cost_usd",
+    "input_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "uncached_tokens",
+    "output_tokens",
+    "hit_rate",
+    "peak_context_tokens",
+    "mean_context_tokens",
+    "prefix_breaks",
+    "fidelity_visible",
+    "fidelity_recoverable",
+    "recalls",
     "overhead_ms_per_call_p50",
 }
 
@@ -31,16 +42,37 @@ def _tau_file(tmp_path: Path, runs: int = 2, turns: int = 12) -> Path:
         ]
         for t in range(turns):
             cid = f"call_{run}_{t}"
-            traj.append({
-                "role": "assistant", "content": None,
-                "tool_calls": [{"id": cid, "type": "function", "function": {
+            traj.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {
+                                "name": "get_reservation_details",
+                                "arguments": json.dumps({"reservation_id": f"ABC{run}{t}"}),
+                            },
+                        }
+                    ],
+                }
+            )
+            payload = {
+                "reservation_id": f"ABC{run}{t}",
+                "flights": [
+                    {"flight_number": f"HAT{100 + t}", "date": "2024-05-16", "price": 1000 + t}
+                ]
+                * 8,
+            }
+            traj.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": cid,
                     "name": "get_reservation_details",
-                    "arguments": json.dumps({"reservation_id": f"ABC{run}{t}"})}}],
-            })
-            payload = {"reservation_id": f"ABC{run}{t}", "flights": [
-                {"flight_number": f"HAT{100 + t}", "date": "2024-05-16", "price": 1000 + t}] * 8}
-            traj.append({"role": "tool", "tool_call_id": cid, "name": "get_reservation_details",
-                         "content": json.dumps(payload)})
+                    "content": json.dumps(payload),
+                }
+            )
             traj.append({"role": "assistant", "content": f"Flight HAT{100 + t} costs {1000 + t}."})
             traj.append({"role": "user", "content": "ok, next one"})
         data.append({"task_id": run, "trial": 0, "reward": 1.0, "info": {}, "traj": traj})
@@ -52,7 +84,9 @@ def _tau_file(tmp_path: Path, runs: int = 2, turns: int = 12) -> Path:
 def test_bench_json_has_every_contract_key(tmp_path: Path) -> None:
     trace = _tau_file(tmp_path)
     out = tmp_path / "out.json"
-    code = main(["bench", str(trace), "--strategy", "vanilla", "--json", str(out), "--workers", "1"])
+    code = main(
+        ["bench", str(trace), "--strategy", "vanilla", "--json", str(out), "--workers", "1"]
+    )
     assert code == 0
     doc = json.loads(out.read_text())
     assert {"provider", "mode", "traces", "calls", "strategies"} <= doc.keys()
@@ -61,9 +95,10 @@ def test_bench_json_has_every_contract_key(tmp_path: Path) -> None:
     assert doc["traces"] == 1
     assert doc["calls"] == 2 * 12 * 2
     vanilla = doc["strategies"]["vanilla"]
-    assert CONTRACT_KEYS <= vanilla.keys()
-    assert vanilla["hit_rate"] == pytest.approx(vanilla["cached_tokens"] / vanilla["input_tokens"],
-                                                abs=1e-4)
+    assert vanilla.keys() >= CONTRACT_KEYS
+    assert vanilla["hit_rate"] == pytest.approx(
+        vanilla["cached_tokens"] / vanilla["input_tokens"], abs=1e-4
+    )
     assert vanilla["uncached_tokens"] == (
         vanilla["input_tokens"] - vanilla["cached_tokens"] - vanilla["cache_write_tokens"]
     )
@@ -78,7 +113,7 @@ def test_every_strategy_runs_and_reports_ratios(tmp_path: Path) -> None:
     doc = summarize(results, BenchConfig(), traces=1)
     assert list(doc["strategies"]) == list(ALL_STRATEGIES)
     for name, totals in doc["strategies"].items():
-        assert CONTRACT_KEYS <= totals.keys(), name
+        assert totals.keys() >= CONTRACT_KEYS, name
         assert totals["errors"] == [], name
         assert totals["calls"] == 60, name
     assert doc["strategies"]["vanilla"]["input_cost_ratio_to_vanilla"] == 1.0
@@ -104,5 +139,5 @@ def test_bad_arguments_fail_with_a_clear_message(
     assert "unknown strategy" in capsys.readouterr().err
     with pytest.raises(ValueError, match="mode"):
         BenchConfig(mode="sideways")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="unknown|known"):
+    with pytest.raises(ValueError, match=r"unknown|known"):
         BenchConfig(provider="no-such-provider")

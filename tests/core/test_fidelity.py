@@ -7,7 +7,9 @@ from cachepilot.messages import Message, ToolCall
 def _transcript() -> list[Message]:
     return [
         Message(role="user", content="Fix the bug in src/app/main.py please"),
-        Message(role="assistant", tool_calls=(ToolCall("c1", "bash", '{"command": "grep -rn foo"}'),)),
+        Message(
+            role="assistant", tool_calls=(ToolCall("c1", "bash", '{"command": "grep -rn foo"}'),)
+        ),
         Message(
             role="tool",
             tool_call_id="c1",

@@ -34,8 +34,12 @@ def test_roles_and_tool_fields_are_validated() -> None:
 def test_text_joins_text_parts_only() -> None:
     m = Message(
         role="assistant",
-        content=(ReasoningPart("thinking"), TextPart("a"), ImagePart("data:image/png;base64,AA"),
-                 TextPart("b")),
+        content=(
+            ReasoningPart("thinking"),
+            TextPart("a"),
+            ImagePart("data:image/png;base64,AA"),
+            TextPart("b"),
+        ),
     )
     assert m.text == "a\nb"
     assert Message(role="user", content="plain").parts == (TextPart("plain"),)
@@ -71,8 +75,13 @@ _messages = st.one_of(
         content=_text | _parts,
         tool_calls=st.lists(st.builds(ToolCall, _text, _text, _text), max_size=3).map(tuple),
     ),
-    st.builds(Message, role=st.just("tool"), content=_text, tool_call_id=_text.filter(bool),
-              name=st.none() | _text),
+    st.builds(
+        Message,
+        role=st.just("tool"),
+        content=_text,
+        tool_call_id=_text.filter(bool),
+        name=st.none() | _text,
+    ),
 )
 
 
@@ -114,7 +123,10 @@ def test_valid_pairing_passes() -> None:
 
 
 def test_pairing_violations_are_named() -> None:
-    orphan = [Message(role="user", content="x"), Message(role="tool", content="1", tool_call_id="z")]
+    orphan = [
+        Message(role="user", content="x"),
+        Message(role="tool", content="1", tool_call_id="z"),
+    ]
     assert [i.kind for i in pairing_issues(orphan)] == ["orphan_result"]
 
     unanswered = [

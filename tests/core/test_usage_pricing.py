@@ -82,10 +82,15 @@ def test_default_price_row_matches_the_contract() -> None:
 
 
 def test_cost_splits_reads_writes_misses_and_output() -> None:
-    price = Price("m", miss_per_m=1.0, hit_per_m=0.1, output_per_m=4.0, write_per_m=1.25,
-                  write_long_per_m=2.0)
-    usage = Usage(input_tokens=1_000_000, cached_tokens=500_000, cache_write_tokens=200_000,
-                  output_tokens=100_000)
+    price = Price(
+        "m", miss_per_m=1.0, hit_per_m=0.1, output_per_m=4.0, write_per_m=1.25, write_long_per_m=2.0
+    )
+    usage = Usage(
+        input_tokens=1_000_000,
+        cached_tokens=500_000,
+        cache_write_tokens=200_000,
+        output_tokens=100_000,
+    )
     c = cost(usage, price)
     assert c.input_usd == pytest.approx(0.05 + 0.25 + 0.3)
     assert c.output_usd == pytest.approx(0.4)
@@ -100,7 +105,15 @@ def test_bad_rows_and_unknown_models_fail_clearly() -> None:
         Price("x", miss_per_m=-1, hit_per_m=0, output_per_m=0)
     with pytest.raises(ValueError, match="known:"):
         get_price("no-such-model")
-    register_price(Price("custom-test", miss_per_m=1, hit_per_m=0.1, output_per_m=2,
-                         source="test", source_date="2026-01-01"))
+    register_price(
+        Price(
+            "custom-test",
+            miss_per_m=1,
+            hit_per_m=0.1,
+            output_per_m=2,
+            source="test",
+            source_date="2026-01-01",
+        )
+    )
     assert get_price("custom-test").output_per_m == 2
     del PRICES["custom-test"]

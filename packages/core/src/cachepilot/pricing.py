@@ -93,33 +93,59 @@ PRICES: dict[str, Price] = {
     p.model: p
     for p in (
         Price(
-            "gpt-5.4-mini", miss_per_m=0.75, hit_per_m=0.075, output_per_m=4.50,
-            source=_OPENAI, source_date="2026-03-17",
+            "gpt-5.4-mini",
+            miss_per_m=0.75,
+            hit_per_m=0.075,
+            output_per_m=4.50,
+            source=_OPENAI,
+            source_date="2026-03-17",
         ),
         Price(
-            "gpt-5.4", miss_per_m=2.50, hit_per_m=0.25, output_per_m=15.00,
-            source=_OPENAI, source_date="2026-03-05",
+            "gpt-5.4",
+            miss_per_m=2.50,
+            hit_per_m=0.25,
+            output_per_m=15.00,
+            source=_OPENAI,
+            source_date="2026-03-05",
         ),
         Price(
             # Breakpoint-style caching bills writes apart; no public rate was published for
             # the style's first models, so writes are billed at the miss price (1.0x).
-            "gpt-5.6-breakpoint", miss_per_m=0.75, hit_per_m=0.075, output_per_m=4.50,
-            write_per_m=0.75, source=_OPENAI + "; write rate assumed 1.0x miss",
+            "gpt-5.6-breakpoint",
+            miss_per_m=0.75,
+            hit_per_m=0.075,
+            output_per_m=4.50,
+            write_per_m=0.75,
+            source=_OPENAI + "; write rate assumed 1.0x miss",
             source_date="2026-11-01",
         ),
         Price(
-            "claude-sonnet-4.5", miss_per_m=3.00, hit_per_m=0.30, output_per_m=15.00,
-            write_per_m=3.75, write_long_per_m=6.00, source=_ANTHROPIC, source_date="2025-09-29",
+            "claude-sonnet-4.5",
+            miss_per_m=3.00,
+            hit_per_m=0.30,
+            output_per_m=15.00,
+            write_per_m=3.75,
+            write_long_per_m=6.00,
+            source=_ANTHROPIC,
+            source_date="2025-09-29",
         ),
         Price(
-            "deepseek-chat", miss_per_m=0.28, hit_per_m=0.028, output_per_m=0.42,
-            source=_DEEPSEEK + " (V3.2)", source_date="2025-09-29",
+            "deepseek-chat",
+            miss_per_m=0.28,
+            hit_per_m=0.028,
+            output_per_m=0.42,
+            source=_DEEPSEEK + " (V3.2)",
+            source_date="2025-09-29",
         ),
         Price(
             # Self-hosted: there is no list price. Nominal rates with the same 10:1 miss:hit
             # ratio as hosted providers, so relative savings stay comparable.
-            "vllm-nominal", miss_per_m=0.10, hit_per_m=0.01, output_per_m=0.40,
-            source="nominal (self-hosted vLLM has no list price)", source_date="2026-11-21",
+            "vllm-nominal",
+            miss_per_m=0.10,
+            hit_per_m=0.01,
+            output_per_m=0.40,
+            source="nominal (self-hosted vLLM has no list price)",
+            source_date="2026-11-21",
         ),
     )
 }

@@ -132,9 +132,7 @@ class TokenCounter:
     ) -> None:
         if max_cached_tokens < 0:
             raise ValueError("max_cached_tokens must be >= 0")
-        self.encoding: Encoding = (
-            load_encoding(encoding) if isinstance(encoding, str) else encoding
-        )
+        self.encoding: Encoding = load_encoding(encoding) if isinstance(encoding, str) else encoding
         self.max_cached_tokens = max_cached_tokens
         self._ids: OrderedDict[bytes, array[int]] = OrderedDict()
         self._ids_size = 0
@@ -224,9 +222,7 @@ class TokenCounter:
             total += self.count(message.name)
         return total
 
-    def count_messages(
-        self, messages: Sequence[Message], keys: Sequence[str] | None = None
-    ) -> int:
+    def count_messages(self, messages: Sequence[Message], keys: Sequence[str] | None = None) -> int:
         """Tokens of a whole message list (O(new messages) when called again on a longer one)."""
         if keys is not None:
             if len(keys) != len(messages):
