@@ -1,0 +1,297 @@
+"""In-process artifact store (thread-safe; lost when the process exits)."""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cachepilot.artifacts.base import (
+    AUTO_PRUNE_INTERVAL_SECONDS,
+    DEFAULT_MAX_BYTES_PER_THREAD,
+    DEFAULT_MAX_TOTAL_BYTES,
+    DEFAULT_RETENTION_SECONDS,
+    Artifact,
+    ArtifactInfo,
+    BaseArtifactStore,
+    Clock,
+    StoreLimits,
+    check_clock,
+    check_thread,
+    encode_payload,
+    load_meta,
+    normalize_ref,
+    now_from,
+)
+
+__all__ = ["InMemoryArtifactStore"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Entry:
+    ref: str
+    sha256: str
+    data: bytes
+    is_text: bool
+    media_type: str
+    meta_json: str
+    created_at: float
+    last_access: float
+    access_count: int
+    seq: int
+
+    def lru_key(self) -> tuple[float, float, int]:
+        return (self.last_access, self.created_at, self.seq)
+
+    def info(self, thread: str) -> ArtifactInfo:
+        return ArtifactInfo(
+            ref=self.ref,
+            thread=thread,
+            is_text=self.is_text,
+            media_type=self.media_type,
+            meta=load_meta(self.meta_json),
+            created_at=self.created_at,
+            last_access=self.last_access,
+            access_count=self.access_count,
+            size=len(self.data),
+            sha256=self.sha256,
+        )
+
+    def artifact(self, thread: str) -> Artifact:
+        return Artifact(
+            ref=self.ref,
+            thread=thread,
+            is_text=self.is_text,
+            media_type=self.media_type,
+            meta=load_meta(self.meta_json),
+            created_at=self.created_at,
+            last_access=self.last_access,
+            access_count=self.access_count,
+            size=len(self.data),
+            sha256=self.sha256,
+            data=self.data,
+        )
+
+
+class InMemoryArtifactStore(BaseArtifactStore):
+    """Artifacts in a dict, guarded by a lock; same semantics as the SQLite store.
+
+    Args:
+        retention_seconds: Remove artifacts not accessed for this long (None: keep).
+        max_bytes_per_thread: Per-thread cap; least-recently-accessed evicted first (None: no cap).
+        max_total_bytes: Whole-store cap, same eviction order (None: no cap).
+        clock: Time source in seconds (inject one in tests).
+
+    Raises:
+        ValueError: for a non-positive retention or cap, or a non-callable clock.
+    """
+
+    def __init__(
+        self,
+        *,
+        retention_seconds: float | None = DEFAULT_RETENTION_SECONDS,
+        max_bytes_per_thread: int | None = DEFAULT_MAX_BYTES_PER_THREAD,
+        max_total_bytes: int | None = DEFAULT_MAX_TOTAL_BYTES,
+        clock: Clock = time.time,
+    ) -> None:
+        self.limits = StoreLimits(retention_seconds, max_bytes_per_thread, max_total_bytes)
+        self._clock = check_clock(clock)
+        self._lock = threading.RLock()
+        self._threads: dict[str, dict[str, _Entry]] = {}
+        self._thread_bytes: dict[str, int] = {}
+        self._total_bytes = 0
+        self._seq = itertools.count()
+        self._next_auto_prune = 0.0
+
+    def __repr__(self) -> str:
+        return f"InMemoryArtifactStore(limits={self.limits!r})"
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes currently held."""
+        with self._lock:
+            return self._total_bytes
+
+    def put(
+        self,
+        thread: str,
+        payload: str | bytes,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        media_type: str | None = None,
+    ) -> str:
+        """Archive `payload` in `thread` and return its ref.
+
+        Idempotent by content within a thread: the same payload gives the same ref, keeps the
+        first put's metadata and refreshes `last_access`. May evict least-recently-accessed
+        artifacts to respect the caps (never the one just put).
+
+        Raises:
+            ValueError: for an empty thread id, a non-str/bytes payload or non-mapping meta.
+        """
+        check_thread(thread)
+        enc = encode_payload(payload, meta, media_type)
+        now = now_from(self._clock, None)
+        with self._lock:
+            if now >= self._next_auto_prune:
+                self._next_auto_prune = now + AUTO_PRUNE_INTERVAL_SECONDS
+                self._prune_locked(now, keep=())
+            entries = self._threads.setdefault(thread, {})
+            entry = entries.get(enc.ref)
+            if entry is not None:
+                if entry.sha256 != enc.sha256:
+                    raise RuntimeError(f"artifact ref collision in one thread: {enc.ref}")
+                entry.last_access = max(entry.last_access, now)
+                return enc.ref
+            entries[enc.ref] = _Entry(
+                ref=enc.ref,
+                sha256=enc.sha256,
+                data=enc.data,
+                is_text=enc.is_text,
+                media_type=enc.media_type,
+                meta_json=enc.meta_json,
+                created_at=now,
+                last_access=now,
+                access_count=0,
+                seq=next(self._seq),
+            )
+            self._thread_bytes[thread] = self._thread_bytes.get(thread, 0) + len(enc.data)
+            self._total_bytes += len(enc.data)
+            evicted = self._enforce_caps_locked(keep=((thread, enc.ref),))
+        logger.debug("archived artifact %s (%d bytes), evicted %d", enc.ref, len(enc.data), evicted)
+        return enc.ref
+
+    def get(self, thread: str, ref: str) -> Artifact | None:
+        """The artifact, or None for an unknown, malformed or foreign ref (read-only)."""
+        check_thread(thread)
+        key = normalize_ref(ref)
+        if key is None:
+            return None
+        with self._lock:
+            entry = self._threads.get(thread, {}).get(key)
+            return None if entry is None else entry.artifact(thread)
+
+    def record_access(self, thread: str, ref: str) -> bool:
+        """Count one access and refresh `last_access`; True when the artifact exists."""
+        check_thread(thread)
+        key = normalize_ref(ref)
+        if key is None:
+            return False
+        now = now_from(self._clock, None)
+        with self._lock:
+            entry = self._threads.get(thread, {}).get(key)
+            if entry is None:
+                return False
+            entry.access_count += 1
+            entry.last_access = max(entry.last_access, now)
+            return True
+
+    def list(self, thread: str) -> builtins.list[ArtifactInfo]:
+        """Metadata of the thread's artifacts, oldest first."""
+        check_thread(thread)
+        with self._lock:
+            entries = sorted(
+                self._threads.get(thread, {}).values(), key=lambda e: (e.created_at, e.seq)
+            )
+            return [entry.info(thread) for entry in entries]
+
+    def delete(self, thread: str, ref: str) -> bool:
+        """Remove one artifact; True when it existed."""
+        check_thread(thread)
+        key = normalize_ref(ref)
+        if key is None:
+            return False
+        with self._lock:
+            return self._remove_locked(thread, key)
+
+    def delete_thread(self, thread: str) -> int:
+        """Remove all artifacts of a thread; returns how many."""
+        check_thread(thread)
+        with self._lock:
+            entries = self._threads.pop(thread, {})
+            self._total_bytes -= self._thread_bytes.pop(thread, 0)
+            return len(entries)
+
+    def prune(self, now: float | None = None) -> int:
+        """Remove artifacts idle longer than the retention, then enforce the caps."""
+        current = now_from(self._clock, now)
+        with self._lock:
+            removed = self._prune_locked(current, keep=())
+        if removed:
+            logger.info("pruned %d artifacts", removed)
+        return removed
+
+    def close(self) -> None:
+        """Drop everything held."""
+        with self._lock:
+            self._threads.clear()
+            self._thread_bytes.clear()
+            self._total_bytes = 0
+
+    # -- internals (call with the lock held) -------------------------------------------------
+
+    def _remove_locked(self, thread: str, ref: str) -> bool:
+        entries = self._threads.get(thread)
+        if entries is None or ref not in entries:
+            return False
+        size = len(entries.pop(ref).data)
+        self._total_bytes -= size
+        self._thread_bytes[thread] -= size
+        if not entries:
+            del self._threads[thread]
+            del self._thread_bytes[thread]
+        return True
+
+    def _prune_locked(self, now: float, keep: Iterable[tuple[str, str]]) -> int:
+        removed = 0
+        retention = self.limits.retention_seconds
+        if retention is not None:
+            cutoff = now - retention
+            expired = [
+                (thread, ref)
+                for thread, entries in self._threads.items()
+                for ref, entry in entries.items()
+                if entry.last_access < cutoff
+            ]
+            for thread, ref in expired:
+                removed += self._remove_locked(thread, ref)
+        return removed + self._enforce_caps_locked(keep)
+
+    def _enforce_caps_locked(self, keep: Iterable[tuple[str, str]]) -> int:
+        protected = set(keep)
+        removed = 0
+        cap = self.limits.max_bytes_per_thread
+        if cap is not None:
+            for thread in [t for t, size in self._thread_bytes.items() if size > cap]:
+                candidates = sorted(
+                    (e for e in self._threads[thread].values() if (thread, e.ref) not in protected),
+                    key=_Entry.lru_key,
+                )
+                for entry in candidates:
+                    if self._thread_bytes.get(thread, 0) <= cap:
+                        break
+                    removed += self._remove_locked(thread, entry.ref)
+        total_cap = self.limits.max_total_bytes
+        if total_cap is not None and self._total_bytes > total_cap:
+            candidates_all = sorted(
+                (
+                    (entry.lru_key(), thread, entry.ref)
+                    for thread, entries in self._threads.items()
+                    for entry in entries.values()
+                    if (thread, entry.ref) not in protected
+                ),
+            )
+            for _key, thread, ref in candidates_all:
+                if self._total_bytes <= total_cap:
+                    break
+                removed += self._remove_locked(thread, ref)
+        if removed:
+            logger.debug("evicted %d artifacts to respect size caps", removed)
+        return removed
