@@ -1,0 +1,134 @@
+"""Every text the pipeline writes into a transcript: stubs, markers and notes.
+
+Stubs are deterministic (no time, randomness or machine paths), short (each fits in
+`STUB_OVERHEAD`), and name the ref plus the `recall(ref="…")` call that returns the original.
+The size-gate stub is a contract other modules parse (`REDUCED_STUB_RE`).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "NO_OUTPUT",
+    "REDUCED_STUB_RE",
+    "binary_stub",
+    "blank_stub",
+    "clean_label",
+    "duplicate_stub",
+    "image_stub",
+    "invalid_utf8_note",
+    "line_numbers_marker",
+    "loop_note",
+    "loop_stub",
+    "omitted_lines_marker",
+    "recall_call",
+    "reduced_stub",
+    "repeat_marker",
+    "similar_marker",
+    "unchanged_read_stub",
+]
+
+NO_OUTPUT = "[no output]"
+"""What the model sees for an empty result (nothing is archived: there is nothing to lose)."""
+
+REDUCED_STUB_RE = re.compile(
+    r"\[output reduced (?P<before>[\d,]+) → (?P<after>[\d,]+) chars; "
+    r'full text: recall\(ref="(?P<ref>[0-9a-f]{12})"\)\]'
+)
+"""Matches `reduced_stub` (the size gate and hard cap stub)."""
+
+_LABEL_BAD = re.compile(r"[^\w.:\-/@+]", re.ASCII)
+_LABEL_MAX = 40
+
+
+def clean_label(value: str) -> str:
+    """A call id or tool name made safe and short for a stub (ASCII word chars, ≤ 40 chars)."""
+    cleaned = _LABEL_BAD.sub("_", str(value))
+    if len(cleaned) > _LABEL_MAX:
+        cleaned = cleaned[: _LABEL_MAX - 1] + "…"
+    return cleaned or "?"
+
+
+def recall_call(ref: str) -> str:
+    """The recall call the model makes to get the original back."""
+    return f'recall(ref="{ref}")'
+
+
+def reduced_stub(before: int, after: int, ref: str) -> str:
+    """`[output reduced 48,213 → 1,020 chars; full text: recall(ref="9f2c41d07a1b")]`."""
+    return f"[output reduced {before:,} → {after:,} chars; full text: {recall_call(ref)}]"
+
+
+def omitted_lines_marker(first: int, last: int, total: int) -> str:
+    """Which lines of the original a head/tail preview leaves out (1-based, inclusive)."""
+    return f"[… lines {first}-{last} of {total} omitted …]"
+
+
+def duplicate_stub(call_id: str, ref: str) -> str:
+    """Pointer to an earlier result with the same content."""
+    return f"[same output as call {clean_label(call_id)} above; full text: {recall_call(ref)}]"
+
+
+def unchanged_read_stub(call_id: str, ref: str) -> str:
+    """Pointer to the earlier read of a file whose content did not change."""
+    return (
+        f"[file unchanged since call {clean_label(call_id)}: same content as that read; "
+        f"full text: {recall_call(ref)}]"
+    )
+
+
+def loop_stub(run: int, call_id: str, ref: str) -> str:
+    """Stub for the n-th identical call in a row returning the same output again."""
+    return (
+        f"[identical call #{run} in a row, same output as call {clean_label(call_id)}; "
+        f"try a different approach; full text: {recall_call(ref)}]"
+    )
+
+
+def loop_note(run: int, tool_name: str, same_output: bool) -> str:
+    """Note appended to the n-th identical call in a row."""
+    outcome = "same output as before" if same_output else "the output changed"
+    return f"[note: identical {clean_label(tool_name)} call #{run} in a row; {outcome}]"
+
+
+def binary_stub(size: int, media_type: str, ref: str) -> str:
+    """Stub replacing a binary payload."""
+    return (
+        f"[binary output not shown: {size:,} bytes, {clean_label(media_type)}; "
+        f"full payload: {recall_call(ref)}]"
+    )
+
+
+def image_stub(size: int, media_type: str, limit: int, ref: str) -> str:
+    """Stub replacing an image over the size limit that could not be downsampled."""
+    return (
+        f"[image not shown: {clean_label(media_type)}, {size:,} bytes (limit {limit:,}); "
+        f"full image: {recall_call(ref)}]"
+    )
+
+
+def invalid_utf8_note(ref: str) -> str:
+    """Note appended to output that was not valid UTF-8."""
+    return f"[note: output was not valid UTF-8 (shown with �); original bytes: {recall_call(ref)}]"
+
+
+def blank_stub(ref: str) -> str:
+    """What the model sees when the output was whitespace or control characters only."""
+    return f"[output was blank (whitespace or control characters only); {recall_call(ref)}]"
+
+
+def line_numbers_marker(first: int, last: int) -> str:
+    """Header stating the line range whose number prefixes were stripped."""
+    return f"[lines {first}-{last}; line-number prefixes removed]"
+
+
+def repeat_marker(more: int, lines: int = 1) -> str:
+    """Marker after a line (or block of `lines` lines) repeated `more` more times in a row."""
+    what = "line" if lines == 1 else f"{lines} lines"
+    return f"[… {what} repeated {more:,} more times]"
+
+
+def similar_marker(count: int) -> str:
+    """Marker replacing a run of near-identical lines (first and last kept)."""
+    return f"[… {count:,} similar lines omitted]"
