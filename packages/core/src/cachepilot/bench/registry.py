@@ -9,6 +9,7 @@ from cachepilot.bench.strategy import Strategy
 
 __all__ = [
     "ALL_STRATEGIES",
+    "OUR_STRATEGIES",
     "PEER_STRATEGIES",
     "available_strategies",
     "make_strategy",
@@ -23,6 +24,9 @@ _TARGETS: dict[str, str] = {
     "lc-clear-tool-uses-scaled": "cachepilot.bench.peers.lc_clear_tool_uses:LcClearToolUsesScaled",
     "lc-summarization": "cachepilot.bench.peers.lc_summarization:LcSummarization",
     "agents-trimmer": "cachepilot.bench.peers.agents_trimmer:AgentsTrimmer",
+    "cachepilot": "cachepilot.bench.ours:CachePilotStrategy",
+    "cachepilot-no-canonical": "cachepilot.bench.ours:CachePilotNoCanonical",
+    "cachepilot-no-reduce": "cachepilot.bench.ours:CachePilotNoReduce",
 }
 
 PEER_STRATEGIES: tuple[str, ...] = (
@@ -33,7 +37,8 @@ PEER_STRATEGIES: tuple[str, ...] = (
     "lc-summarization",
     "agents-trimmer",
 )
-ALL_STRATEGIES: tuple[str, ...] = ("vanilla", *PEER_STRATEGIES)
+OUR_STRATEGIES: tuple[str, ...] = ("cachepilot", "cachepilot-no-canonical", "cachepilot-no-reduce")
+ALL_STRATEGIES: tuple[str, ...] = ("vanilla", *PEER_STRATEGIES, *OUR_STRATEGIES)
 """Every strategy `cachepilot bench` runs when none is named, in report order."""
 
 

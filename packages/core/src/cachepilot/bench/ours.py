@@ -1,0 +1,87 @@
+"""cachepilot itself as a bench strategy, and its ablations.
+
+The strategy drives a real `CachePilot` the way the plugins do: every tool result goes through
+`ingest` once, when it first arrives, and every model call through `prepare`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext, StatefulStrategy
+from cachepilot.messages import Message
+from cachepilot.pilot import CachePilot, Config
+
+__all__ = ["CachePilotNoCanonical", "CachePilotNoReduce", "CachePilotStrategy"]
+
+
+class CachePilotStrategy(StatefulStrategy):
+    """Ingestion-time reduction, canonical prefixes and the recall tool."""
+
+    name = "cachepilot"
+    can_recall = True
+
+    def __init__(self, config: Config | None = None) -> None:
+        super().__init__()
+        self.config = config or Config()
+        self.pilot = CachePilot(self.config, store=InMemoryArtifactStore())
+        self._calls: dict[str, tuple[str, str]] = {}
+
+    def start(self, session: SessionContext) -> None:
+        super().start(session)
+        self.pilot = CachePilot(self.config, store=InMemoryArtifactStore())
+        self._calls = {}
+
+    def prepare(self, call: CallContext) -> PreparedCall:
+        thread = self.ctx.session_id
+        archived: list[str] = []
+        for arrived in call.new_messages:
+            for tool_call in arrived.tool_calls:
+                self._calls[tool_call.id] = (tool_call.name, tool_call.arguments)
+            if arrived.role == "tool" and isinstance(arrived.content, str):
+                self.state.append(self._ingest(arrived, thread, archived))
+            else:
+                self.state.append(arrived)
+        return self.view(call, archived)
+
+    def _ingest(self, message: Message, thread: str, archived: list[str]) -> Message:
+        name, args = self._calls.get(message.tool_call_id or "", (message.name or "tool", "{}"))
+        report = self.pilot.ingest_report(
+            name, args, message.content, message.tool_call_id or "", thread
+        )
+        if report.ref is not None:
+            archived.append(message.text)
+        if report.text == message.content:
+            return message
+        return replace(message, content=report.text)
+
+    def view(self, call: CallContext, archived: list[str] | None = None) -> PreparedCall:
+        system, messages, tools = self.pilot.prepare(
+            self.system_for(call),
+            self.state,
+            self.ctx.tools,
+            self.ctx.session_id,
+            now=call.timestamp,
+        )
+        return PreparedCall(
+            system=system, messages=messages, tools=tools, archived=tuple(archived or ())
+        )
+
+
+class CachePilotNoCanonical(CachePilotStrategy):
+    """Ablation: no prefix canonicalization."""
+
+    name = "cachepilot-no-canonical"
+
+    def __init__(self) -> None:
+        super().__init__(Config(canonicalize=False))
+
+
+class CachePilotNoReduce(CachePilotStrategy):
+    """Ablation: no ingestion-time reduction."""
+
+    name = "cachepilot-no-reduce"
+
+    def __init__(self) -> None:
+        super().__init__(Config(reduce=False))
