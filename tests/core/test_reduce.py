@@ -273,7 +273,8 @@ def test_repeats_pass_folds_exact_runs() -> None:
 def test_similar_lines_pass() -> None:
     lines = [f"Downloading shard {i} of 400 (eta {i * 3}s)" for i in range(400)]
     text = "head\n" + "\n".join(lines) + "\ntail"
-    assert apply("similar_lines", text) is None  # under the tool's limit: nothing is folded
+    roomy = ReduceConfig(profiles={"bash": ToolProfile(limit=50_000)})
+    assert apply("similar_lines", text, config=roomy) is None  # under the limit: not folded
     small = ReduceConfig(profiles={"bash": ToolProfile(limit=5_000)})
     out = apply("similar_lines", text, config=small)
     assert out == (
@@ -459,7 +460,8 @@ def test_ten_thousand_line_log_is_gated() -> None:
     )
     reduction = run(text, args={"command": "cat app.log"})
     assert reduction.lossy
-    assert len(reduction.text) < 1_400
+    config = ReduceConfig()
+    assert len(reduction.text) < config.head_chars + config.tail_chars + 400
     match = REDUCED_STUB_RE.search(reduction.text)
     assert match is not None and match.group("ref") == make_ref(text)
     assert match.group("before") == f"{len(text):,}"
@@ -473,11 +475,11 @@ def test_fifty_megabyte_string() -> None:
     text = line * 524_288  # 50 MiB
     reduction = run(text, args={"command": "yes"})
     assert reduction.lossy and reduction.ref == make_ref(text)
-    assert len(reduction.text) < 2_000
+    assert len(reduction.text) < ReduceConfig().head_chars + ReduceConfig().tail_chars + 400
     assert REDUCED_STUB_RE.search(reduction.text) is not None
     one_line = "y" * 50_000_000  # no newline at all
     reduction = run(one_line, tool="fetch", args={"url": "u"})
-    assert len(reduction.text) < 2_000
+    assert len(reduction.text) < ReduceConfig().head_chars + ReduceConfig().tail_chars + 400
     assert reduction.text.startswith("y" * 600)
 
 
@@ -613,23 +615,24 @@ def test_gate_keeps_lossless_cleanup() -> None:
 
 def test_tool_profiles() -> None:
     config = ReduceConfig()
-    assert config.profile_for("bash").limit == 30_000
+    assert config.profile_for("bash").limit == config.shell_limit
     assert config.profile_for("execute_command").tool_kind == "shell"
-    assert config.profile_for("run_tests").limit == 30_000
-    assert config.profile_for("Grep").limit == 20_000
+    assert config.profile_for("run_tests").limit == config.shell_limit
+    assert config.profile_for("Grep").limit == config.search_limit
     assert config.profile_for("search_dir").tool_kind == "search"
     assert config.profile_for("WebSearch").tool_kind == "search"
     assert config.profile_for("Read").tool_kind == "file_read"
     assert config.profile_for("str_replace_editor", {"command": "view"}).tool_kind == "file_read"
     assert config.profile_for("str_replace_editor", {"command": "create"}).tool_kind == "generic"
-    assert config.profile_for("get_user_details").limit == 50_000
+    assert config.profile_for("get_user_details").limit == config.default_limit
     assert classify_tool("open_file") == "file_read"
 
 
 def test_per_tool_profile_override() -> None:
-    text = "\n".join(f"result line {i} " + chr(97 + i % 26) * 30 for i in range(300))  # ~14k
+    text = "\n".join(f"result line {i} " + chr(97 + i % 26) * 30 for i in range(200))  # ~9k
+    assert len(text) < ReduceConfig().shell_limit
     assert "size_gate" not in names(run(text, tool="bash"))
-    config = ReduceConfig(profiles={"bash": ToolProfile(limit=5_000, head_chars=100)})
+    config = ReduceConfig(profiles={"bash": ToolProfile(limit=5_000, head_chars=100, tail_chars=300)})
     reduction = run(text, tool="bash", config=config)
     assert "size_gate" in names(reduction)
     assert len(reduction.text) < 800

@@ -37,42 +37,19 @@ logger = logging.getLogger(__name__)
 RECALL_TOOL_NAME: Final = "recall"
 DEFAULT_MAX_CHARS: Final = 20_000
 
+# Sent with every request: kept short (about 120 tokens) and byte-stable.
 RECALL_TOOL_DESCRIPTION: Final = (
-    "Fetch the full original of a tool output that was shortened. A shortened output shows its "
-    'ref (12 hex characters), e.g. [... full text: recall(ref="<ref>")]. Use this when you need '
-    "details that were cut. Optional: lines for a 1-based line range, grep for only the lines "
-    "matching a regular expression, max_chars to cap the size. Long results end with a "
-    "continuation hint; call recall again with exactly those arguments to read on."
+    'Get the full original of a shortened tool output by the ref it shows (recall(ref="...")). '
+    "Long results end with a hint: call again with those arguments to read on."
 )
 
 RECALL_TOOL_PARAMETERS: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
-        "ref": {
-            "type": "string",
-            "description": "The ref shown in the shortened output (12 hex characters).",
-        },
-        "lines": {
-            "type": "string",
-            "description": (
-                'Optional line range, 1-based and inclusive: "120-180", "120-" (to the end), '
-                '"-50" (lines 1-50) or "42". Continuation hints may name a start character '
-                'inside a long line, e.g. "7:20001-9"; copy them as given.'
-            ),
-        },
-        "grep": {
-            "type": "string",
-            "description": (
-                "Optional regular expression (Python syntax); returns only the matching lines, "
-                "each prefixed with its line number."
-            ),
-        },
-        "max_chars": {
-            "type": "integer",
-            "description": "Maximum characters to return (default 20000).",
-            "default": DEFAULT_MAX_CHARS,
-            "minimum": 1,
-        },
+        "ref": {"type": "string", "description": "12 hex characters"},
+        "lines": {"type": "string", "description": 'Optional 1-based range, e.g. "120-180"'},
+        "grep": {"type": "string", "description": "Optional regex: only matching lines"},
+        "max_chars": {"type": "integer", "default": DEFAULT_MAX_CHARS, "minimum": 1},
     },
     "required": ["ref"],
     "additionalProperties": False,

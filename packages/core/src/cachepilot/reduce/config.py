@@ -143,17 +143,19 @@ class ReduceConfig(BaseModel):
     """Pass names never run (`hard_cap` cannot be disabled)."""
     profiles: dict[str, ToolProfile] = Field(default_factory=dict)
     """Per-tool profiles by exact tool name; they replace the built-in name patterns."""
-    default_limit: int = 50_000
+    # Limits and previews tuned with `cachepilot bench ../shared/data/traces`: lower limits cut
+    # more but lose facts the agent later uses (each one costs a recall round trip).
+    default_limit: int = 20_000
     """Size-gate limit (characters) of generic tools."""
-    shell_limit: int = 30_000
+    shell_limit: int = 12_000
     """Size-gate limit of shell tools (`bash`, `shell`, `execute*`, `run_*` …)."""
-    search_limit: int = 20_000
+    search_limit: int = 8_000
     """Size-gate limit of search tools (`grep`, `rg`, `search`, `find`, `glob` …)."""
     reread_limit: int = 50_000
     """Size-gate limit of a file read whose path (and arguments) were read before."""
-    head_chars: int = 600
+    head_chars: int = 1_500
     """Head preview the size gate keeps (cut back to a line boundary)."""
-    tail_chars: int = 400
+    tail_chars: int = 1_000
     """Tail preview the size gate keeps (cut forward to a line boundary)."""
     hard_cap: int = 200_000
     """No output is longer than this, not even a gate-open source or an exempt first read."""
