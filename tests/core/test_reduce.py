@@ -225,8 +225,9 @@ def test_progress_pass_keeps_last_state() -> None:
 
 def test_whitespace_pass() -> None:
     out = apply("whitespace", "\n\n  a   \n\n\n\nb\t\n\n")
-    assert out == "  a\n\nb"
+    assert out == "  a\n\nb\n"  # one final newline is kept
     assert apply("whitespace", "a\nb") is None
+    assert apply("whitespace", "a\nb\n") is None  # a lone final newline is not worth a change
 
 
 def test_line_number_strip_cat_n() -> None:
@@ -381,7 +382,7 @@ def test_pytest_log_cleaned_and_archived() -> None:
 def test_pip_progress() -> None:
     reduction = run(PIP_PROGRESS, args={"command": "pip install numpy"})
     assert reduction.text.endswith(
-        "100%\nInstalling collected packages: numpy\nSuccessfully installed numpy-2.0"
+        "100%\nInstalling collected packages: numpy\nSuccessfully installed numpy-2.0\n"
     )
     assert "progress" in names(reduction)
 
@@ -610,7 +611,7 @@ def test_gate_keeps_lossless_cleanup() -> None:
     memory = IngestMemory()
     memory.note_recall("bash:x")
     reduction = run("\x1b[31mred\x1b[0m\n" + "dup\n" * 10, memory=memory)
-    assert reduction.text == "red\ndup\n[… line repeated 9 more times]"
+    assert reduction.text == "red\ndup\n[… line repeated 9 more times]\n"
 
 
 def test_tool_profiles() -> None:
@@ -632,7 +633,8 @@ def test_per_tool_profile_override() -> None:
     text = "\n".join(f"result line {i} " + chr(97 + i % 26) * 30 for i in range(200))  # ~9k
     assert len(text) < ReduceConfig().shell_limit
     assert "size_gate" not in names(run(text, tool="bash"))
-    config = ReduceConfig(profiles={"bash": ToolProfile(limit=5_000, head_chars=100, tail_chars=300)})
+    profile = ToolProfile(limit=5_000, head_chars=100, tail_chars=300)
+    config = ReduceConfig(profiles={"bash": profile})
     reduction = run(text, tool="bash", config=config)
     assert "size_gate" in names(reduction)
     assert len(reduction.text) < 800
@@ -720,7 +722,7 @@ def test_failing_pass_is_skipped_and_logged_once(caplog: pytest.LogCaptureFixtur
     with caplog.at_level(logging.WARNING, logger="cachepilot.reduce"):
         first = pipeline.run("bash", {}, "c1", normalize_output("keep me  \n"), IngestMemory())
         pipeline.run("bash", {}, "c2", normalize_output("again"), IngestMemory())
-    assert first.text == "keep me"
+    assert first.text == "keep me\n"
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "exploding" in warnings[0].getMessage()

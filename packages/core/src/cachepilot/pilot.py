@@ -21,11 +21,30 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cachepilot.artifacts import Artifact, ArtifactStore, SQLiteArtifactStore, default_store_path
-from cachepilot.canonical import CanonicalConfig, Canonicalizer, CanonicalState, tool_fingerprint
+from cachepilot.artifacts.base import check_thread
+from cachepilot.canonical import (
+    CanonicalConfig,
+    Canonicalizer,
+    CanonicalState,
+    canonicalize_tool,
+    tool_fingerprint,
+)
+from cachepilot.canonical import tool_name as schema_name
 from cachepilot.messages import Message, pairing_issues
 from cachepilot.plan import Plan, apply_plan
 from cachepilot.recall import RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA, recall
-from cachepilot.reduce import IngestMemory, Pipeline, ReduceConfig, normalize_output, source_key
+from cachepilot.reduce import (
+    IngestMemory,
+    Pipeline,
+    ReduceConfig,
+    ToolResult,
+    coerce_args,
+    normalize_output,
+    source_key,
+)
+from cachepilot.reduce.memory import canonical_args
+from cachepilot.reduce.stubs import invalid_utf8_note, recall_call
+from cachepilot.refs import make_ref
 from cachepilot.tokens import DEFAULT_ENCODING
 from cachepilot.usage import Usage
 
@@ -105,7 +124,10 @@ class IngestReport:
     """Ref of the archived original, when the result was changed."""
     original_chars: int
     steps: tuple[str, ...] = field(default_factory=tuple)
-    """Names of the passes that changed the text."""
+    """Names of the passes that changed the text, in order."""
+    chars_saved: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+    """(pass name, characters it removed) for each of `steps` (negative when a pass added a
+    note)."""
 
 
 class CachePilot:
@@ -127,6 +149,8 @@ class CachePilot:
         self._pipeline = Pipeline(self.config.reduction)
         self._canonicalizer = Canonicalizer(self.config.canonical)
         self._warned_pairing: set[str] = set()
+        # The recall tool's schema with sorted keys, one object per pilot (sent every call).
+        self._recall_tool: dict[str, Any] = canonicalize_tool(RECALL_TOOL_SCHEMA)
 
     # --- state -------------------------------------------------------------------------------
 
@@ -193,12 +217,26 @@ class CachePilot:
     ) -> IngestReport:
         """`ingest` with details (ref, passes that fired)."""
         _check_thread(thread)
-        parsed_args = _parse_args(args)
+        parsed_args = coerce_args(args)  # total: a mapping, JSON text, other text or junk
         result = normalize_output(output)
         original_chars = len(result.text)
         state = self.state(thread)
         if not self.config.reduce:
-            return IngestReport(result.text, None, original_chars)
+            if result.exact or result.kind == "empty":
+                return IngestReport(result.text, None, original_chars)
+            # Binary or invalid UTF-8: the text is a lossy decoding, so archive the original
+            # and tell the model where it is.
+            ref = make_ref(result.original)
+            return self._archive(
+                thread,
+                result,
+                f"{result.text}\n{invalid_utf8_note(ref)}",
+                tool_name=tool_name,
+                args=parsed_args,
+                call_id=call_id,
+                reason="decoded",
+                saved=(),
+            )
         try:
             with self._lock:
                 reduction = self._pipeline.run(
@@ -212,17 +250,64 @@ class CachePilot:
                 exc_info=True,
             )
             return IngestReport(result.text, None, original_chars)
-        steps = tuple(s.pass_name for s in reduction.steps if s.chars_after != s.chars_before)
+        steps = tuple(s.pass_name for s in reduction.steps)
+        saved = tuple((s.pass_name, s.chars_before - s.chars_after) for s in reduction.steps)
         if not reduction.lossy:
-            return IngestReport(reduction.text, None, original_chars, steps)
+            return IngestReport(reduction.text, None, original_chars, steps, saved)
+        text = reduction.text
+        lossy_steps = [s.pass_name for s in reduction.steps if not s.lossless]
+        ref = reduction.ref or make_ref(result.original)
+        if (lossy_steps or not result.exact) and recall_call(ref) not in text:
+            # A pass left content out without naming the ref (e.g. folded similar lines, slimmed
+            # JSON): the model could not get it back. Name it, unless the whole output is shorter.
+            note = f"[output shortened ({', '.join(lossy_steps) or result.kind}); full text: "
+            note += f"{recall_call(ref)}]"
+            if result.exact and len(text) + len(note) + 1 >= len(result.text):
+                return IngestReport(result.text, None, original_chars)
+            text = f"{text}\n{note}"
+        report = self._archive(
+            thread,
+            result,
+            text,
+            tool_name=tool_name,
+            args=parsed_args,
+            call_id=call_id,
+            reason=reduction.reason or (steps[-1] if steps else "reduced"),
+            saved=saved,
+        )
+        if report.ref is not None and reduction.ref is not None and report.ref != reduction.ref:
+            logger.error(
+                "artifact ref mismatch (%s != %s); passing output through",
+                report.ref,
+                reduction.ref,
+            )
+            return IngestReport(result.text, None, original_chars)
+        return report
+
+    def _archive(
+        self,
+        thread: str,
+        result: ToolResult,
+        text: str,
+        *,
+        tool_name: str,
+        args: dict[str, Any],
+        call_id: str,
+        reason: str,
+        saved: tuple[tuple[str, int], ...],
+    ) -> IngestReport:
+        """Archive `result.original`; the report of `text` naming its ref (or, when the store
+        fails, of the output passed through whole)."""
+        original_chars = len(result.text)
+        steps = tuple(name for name, _ in saved)
         meta = {
             "tool": tool_name,
-            "args": _clip_args(parsed_args),
+            "args": _clip_args(args),
             "call_id": call_id,
-            "source": source_key(tool_name, parsed_args),
+            "source": source_key(tool_name, args),
             "original_chars": original_chars,
-            "reduced_chars": len(reduction.text),
-            "reason": reduction.reason or (steps[-1] if steps else "reduced"),
+            "reduced_chars": len(text),
+            "reason": reason,
             "kind": result.kind,
         }
         try:
@@ -236,12 +321,7 @@ class CachePilot:
                 exc_info=True,
             )
             return IngestReport(result.text, None, original_chars)
-        if reduction.ref is not None and ref != reduction.ref:
-            logger.error(
-                "artifact ref mismatch (%s != %s); passing output through", ref, reduction.ref
-            )
-            return IngestReport(result.text, None, original_chars)
-        return IngestReport(reduction.text, ref, original_chars, steps)
+        return IngestReport(text, ref, original_chars, steps, saved)
 
     async def aingest(
         self,
@@ -271,18 +351,22 @@ class CachePilot:
         never mutated; unchanged messages are returned as the same objects.
         """
         _check_thread(thread)
+        _check_request(system, messages, tools)
         state = self.state(thread)
         with self._lock:
+            # The recall tool joins before canonicalization: it is ordered and key-sorted like
+            # every other tool, and part of the tool set from the first call on.
+            in_tools = self._with_recall(tools)
             if self.config.canonicalize:
-                system, canon_messages, canon_tools = self._canonicalizer.apply(
-                    system, messages, tools, state.canonical
+                system, canon_messages, out_tools = self._canonicalizer.apply(
+                    system, messages, in_tools, state.canonical
                 )
             else:
-                canon_messages, canon_tools = list(messages), [dict(t) for t in tools]
+                canon_messages, out_tools = list(messages), in_tools
             view = apply_plan(canon_messages, state.plan)
-            out_tools = self._with_recall(canon_tools)
             fingerprint = tool_fingerprint(out_tools)
-            if state.tools_fingerprint is not None and fingerprint != state.tools_fingerprint:
+            changed = state.tools_fingerprint is not None and fingerprint != state.tools_fingerprint
+            if changed and not self.config.canonicalize:  # the canonicalizer logs it otherwise
                 logger.info("thread %s: tool set changed (the cached prefix breaks here)", thread)
             state.tools_fingerprint = fingerprint
             state.calls += 1
@@ -302,18 +386,19 @@ class CachePilot:
         """Async twin of `prepare` (pure CPU work: runs inline)."""
         return self.prepare(system, messages, tools, thread, now=now)
 
-    def _with_recall(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from cachepilot.canonical import order_tools
-
-        names = {_tool_name(t) for t in tools}
-        if self.config.recall_tool and RECALL_TOOL_NAME not in names:
-            tools = [*tools, json.loads(json.dumps(RECALL_TOOL_SCHEMA))]
-        if self.config.canonicalize and self.config.canonical.sort_tools:
-            return order_tools(tools)
-        return tools
+    def _with_recall(self, tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Shallow copies of `tools`, plus the recall tool when it is on and not there yet."""
+        out = [dict(t) for t in tools]
+        if self.config.recall_tool and RECALL_TOOL_NAME not in {schema_name(t) for t in out}:
+            out.append(self._recall_tool)
+        return out
 
     def _check_pairing(self, view: Sequence[Message], thread: str) -> None:
-        issues = pairing_issues(view, allow_pending_tail=True)
+        try:
+            issues = pairing_issues(view, allow_pending_tail=True)
+        except Exception:  # a check must never cost the turn
+            logger.warning("thread %s: pairing check failed", thread, exc_info=True)
+            return
         if issues and thread not in self._warned_pairing:
             self._warned_pairing.add(thread)
             logger.warning(
@@ -341,8 +426,13 @@ class CachePilot:
             source = artifact.meta.get("source") if isinstance(artifact.meta, dict) else None
             with self._lock:
                 state.recalls += 1
-                if isinstance(source, str):
-                    state.ingest.note_recall(source)
+                memory = state.ingest
+                known = artifact.ref in memory.sources
+                # The ref opens the gate for this content, and for its source when the memory
+                # still knows it; else the source recorded in the artifact's metadata counts.
+                memory.note_recall(artifact.ref)
+                if not known and isinstance(source, str):
+                    memory.note_recall(source)
 
         result = recall(
             self.store,
@@ -352,6 +442,8 @@ class CachePilot:
             grep=grep,
             max_chars=max_chars,
             on_access=on_access,
+            # Recalled content is not reduced again, but capped like any tool output.
+            max_chars_cap=self.config.reduction.hard_cap,
         )
         return result.render()
 
@@ -377,33 +469,36 @@ class CachePilot:
 
 
 def _check_thread(thread: object) -> None:
-    if not isinstance(thread, str) or not thread:
-        raise ValueError(f"thread must be a non-empty string, not {thread!r}")
+    check_thread(thread)  # the stores' rule: a non-empty str, encodable as UTF-8
 
 
-def _parse_args(args: Mapping[str, Any] | str | None) -> dict[str, Any]:
-    if args is None:
-        return {}
-    if isinstance(args, str):
-        try:
-            value = json.loads(args)
-        except ValueError:
-            return {"input": args}
-        return value if isinstance(value, dict) else {"input": value}
-    return dict(args)
+def _check_request(system: object, messages: object, tools: object) -> None:
+    """Fail fast on API misuse (wrong types), with a `ValueError` that says what is wrong."""
+    if system is not None and not isinstance(system, str):
+        raise ValueError(f"system must be a str or None, not {type(system).__name__}")
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise ValueError(f"messages must be a sequence of Message, not {type(messages).__name__}")
+    for index, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise ValueError(
+                f"messages[{index}] is a {type(message).__name__}, not a cachepilot Message "
+                "(convert framework messages first)"
+            )
+    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
+        raise ValueError(f"tools must be a sequence of tool schemas, not {type(tools).__name__}")
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, Mapping):
+            raise ValueError(f"tools[{index}] is a {type(tool).__name__}, not a mapping")
 
 
 def _clip_args(args: Mapping[str, Any]) -> dict[str, Any]:
-    text = json.dumps(args, default=str, ensure_ascii=False, sort_keys=True)
+    """The arguments as JSON-ready metadata (total: odd values through `str`, cycles `repr`)."""
+    text = canonical_args(args)
     if len(text) <= _ARGS_META_LIMIT:
-        loaded: dict[str, Any] = json.loads(text)
-        return loaded
+        try:
+            loaded = json.loads(text)
+        except ValueError:
+            loaded = None
+        if isinstance(loaded, dict):
+            return loaded
     return {"_truncated": text[:_ARGS_META_LIMIT]}
-
-
-def _tool_name(tool: Mapping[str, Any]) -> str:
-    fn = tool.get("function")
-    if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
-        return str(fn["name"])
-    name = tool.get("name")
-    return name if isinstance(name, str) else ""

@@ -105,6 +105,8 @@ class SessionResult:
     can_recall: bool = False
     calls: list[CallResult] = field(default_factory=list)
     error: str | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+    """The strategy's own counters at the end of the session."""
 
 
 def split_system(messages: Sequence[Message]) -> tuple[str | None, list[Message]]:
@@ -329,6 +331,10 @@ def run_session(
                 _priced(call_number, "round_trip", usage, sim, profile.price, False)
             )
         call_number += 1
+    try:
+        result.stats = dict(strategy.stats())
+    except Exception as exc:
+        logger.warning("strategy %s stats failed on %s: %s", strategy.name, session.id, exc)
     return result
 
 

@@ -27,11 +27,23 @@ class CachePilotStrategy(StatefulStrategy):
         self.config = config or Config()
         self.pilot = CachePilot(self.config, store=InMemoryArtifactStore())
         self._calls: dict[str, tuple[str, str]] = {}
+        self._stats: dict[str, float] = {}
 
     def start(self, session: SessionContext) -> None:
         super().start(session)
         self.pilot = CachePilot(self.config, store=InMemoryArtifactStore())
         self._calls = {}
+        self._stats = {}
+
+    def stats(self) -> dict[str, float]:
+        """Tool-output tokens before/after ingestion, and per pass the tokens it removed.
+
+        A pass's share of one output's saving is its share of the characters removed.
+        """
+        return dict(self._stats)
+
+    def _count(self, key: str, value: float) -> None:
+        self._stats[key] = self._stats.get(key, 0.0) + value
 
     def prepare(self, call: CallContext) -> PreparedCall:
         thread = self.ctx.session_id
@@ -52,6 +64,14 @@ class CachePilotStrategy(StatefulStrategy):
         )
         if report.ref is not None:
             archived.append(message.text)
+        counter = self.ctx.counter
+        before, after = counter.count(message.text), counter.count(report.text)
+        self._count("tool_tokens_in", before)
+        self._count("tool_tokens_out", after)
+        removed = sum(max(0, saved) for _, saved in report.chars_saved)
+        for pass_name, saved in report.chars_saved:
+            if saved > 0 and removed > 0:
+                self._count(f"tokens_removed.{pass_name}", (before - after) * saved / removed)
         if report.text == message.content:
             return message
         return replace(message, content=report.text)

@@ -51,7 +51,16 @@ def strategy_totals(results: Iterable[SessionResult]) -> dict[str, Any]:
         "maintenance_calls": sum(1 for c in main if c.maintenance),
         "facts_needed": needed,
         "errors": [f"{r.session_id}: {r.error}" for r in results if r.error],
+        "stats": _sum_stats(results),
     }
+
+
+def _sum_stats(results: Sequence[SessionResult]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for r in results:
+        for key, value in r.stats.items():
+            total[key] = total.get(key, 0) + value
+    return {k: round(v, 3) for k, v in sorted(total.items())}
 
 
 def summarize(
@@ -101,7 +110,16 @@ def summarize(
 
 def _source_row(results: Iterable[SessionResult]) -> dict[str, Any]:
     totals = strategy_totals(results)
-    keys = ("input_cost_usd", "cost_usd", "hit_rate", "fidelity_visible", "prefix_breaks", "calls")
+    keys = (
+        "input_cost_usd",
+        "cost_usd",
+        "hit_rate",
+        "fidelity_visible",
+        "fidelity_recoverable",
+        "prefix_breaks",
+        "calls",
+        "stats",
+    )
     return {k: totals[k] for k in keys}
 
 

@@ -101,6 +101,10 @@ class Strategy(ABC):
     def prepare(self, call: CallContext) -> PreparedCall:
         """Build the request of one call."""
 
+    def stats(self) -> dict[str, float]:
+        """Counters of the session so far (e.g. tokens each reduction pass removed)."""
+        return {}
+
 
 class StatefulStrategy(Strategy):
     """Base for strategies that keep their own copy of the conversation state."""

@@ -91,4 +91,8 @@ class WhitespacePass(ReductionPass):
         while out and not out[-1]:
             out.pop()
         result = "\n".join(out)
+        if result and text.endswith("\n"):
+            # Keep one final newline: dropping it alone would make nearly every shell output
+            # "changed" and archived for no saving.
+            result += "\n"
         return None if result == text else result
