@@ -36,6 +36,7 @@ from cachepilot.demo_workload import (
     call_timestamp,
     volatile_system_prompt,
 )
+from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall
 from cachepilot.pilot import CachePilot, Config, IngestReport, PilotState
 from cachepilot.recall import RECALL_TOOL_NAME
@@ -52,6 +53,9 @@ PILOT_LOGGER = "cachepilot.pilot"
 
 # --------------------------------------------------------------------------------------------
 # helpers
+
+
+NO_MAINTENANCE = Config(maintenance=MaintenanceConfig(enabled=False))
 
 
 def _memory_pilot(config: Config | None = None) -> CachePilot:
@@ -593,7 +597,11 @@ def _run_demo(
     for message in session.messages[1:]:
         if message.role == "assistant":
             system, messages, tools = pilot.prepare(
-                volatile_system_prompt(n), transcript, session.tools, thread
+                volatile_system_prompt(n),
+                transcript,
+                session.tools,
+                thread,
+                now=call_timestamp(n),
             )
             systems.add(system)
             usage = sim.submit(Request(system, messages, tools, call_timestamp(n)))
@@ -630,7 +638,9 @@ def _second_thread_first_call(
 
 def test_demo_session_caches_across_calls_and_threads(demo: Session) -> None:
     profile = get_profile(PROFILE)
-    pilot = _memory_pilot()
+    # This test is about canonical prefixes: no maintenance point may rewrite history here
+    # (tests/core/test_maintenance.py covers requests around maintenance points).
+    pilot = _memory_pilot(NO_MAINTENANCE)
     sim = CacheSimulator(profile)
     records, systems = _run_demo(pilot, sim, demo, "thread-1")
     assert len(systems) == 1  # one system prompt for the whole session
@@ -656,7 +666,7 @@ def test_demo_session_caches_across_calls_and_threads(demo: Session) -> None:
     assert cached >= floor
 
     # Contrast: without canonicalization the second thread's prompt misses from the date on.
-    raw_pilot = _memory_pilot(Config(canonicalize=False))
+    raw_pilot = _memory_pilot(NO_MAINTENANCE.model_copy(update={"canonicalize": False}))
     raw_sim = CacheSimulator(profile)
     raw_records, raw_systems = _run_demo(raw_pilot, raw_sim, demo, "thread-1")
     assert len(raw_systems) == len(raw_records)

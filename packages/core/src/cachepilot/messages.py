@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
@@ -208,8 +210,30 @@ def _part_from_dict(data: Mapping[str, Any]) -> ContentPart:
     raise ValueError(f"unknown content part type {kind!r}")
 
 
+_HASH_MEMO: OrderedDict[int, tuple[Message, str]] = OrderedDict()
+_HASH_MEMO_MAX = 100_000
+_HASH_LOCK = threading.Lock()
+
+
 def content_hash(message: Message) -> str:
-    """sha256 (hex, 16 chars) of the message's canonical JSON, ignoring its framework id."""
+    """sha256 (hex, 16 chars) of the message's canonical JSON, ignoring its framework id.
+
+    Memoised by object identity (messages are immutable), so rehashing a long transcript
+    on every call costs a lookup per message.
+    """
+    with _HASH_LOCK:
+        hit = _HASH_MEMO.get(id(message))
+        if hit is not None and hit[0] is message:
+            return hit[1]
+    digest = _content_hash(message)
+    with _HASH_LOCK:
+        _HASH_MEMO[id(message)] = (message, digest)
+        if len(_HASH_MEMO) > _HASH_MEMO_MAX:
+            _HASH_MEMO.popitem(last=False)
+    return digest
+
+
+def _content_hash(message: Message) -> str:
     body = message.to_dict()
     body.pop("id", None)
     blob = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

@@ -26,12 +26,22 @@ from cachepilot.canonical import (
     CanonicalConfig,
     Canonicalizer,
     CanonicalState,
+    canonical_json,
     canonicalize_tool,
     tool_fingerprint,
 )
 from cachepilot.canonical import tool_name as schema_name
-from cachepilot.messages import Message, pairing_issues
-from cachepilot.plan import Plan, apply_plan
+from cachepilot.maintenance import (
+    Candidate,
+    Decision,
+    MaintenanceConfig,
+    build_edits,
+    decide,
+    prune_candidates,
+    stub_text,
+)
+from cachepilot.messages import Message, message_keys, pairing_issues
+from cachepilot.plan import Edit, Epoch, Plan, apply_plan
 from cachepilot.recall import RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA, recall
 from cachepilot.reduce import (
     IngestMemory,
@@ -45,7 +55,8 @@ from cachepilot.reduce import (
 from cachepilot.reduce.memory import canonical_args
 from cachepilot.reduce.stubs import invalid_utf8_note, recall_call
 from cachepilot.refs import make_ref
-from cachepilot.tokens import DEFAULT_ENCODING
+from cachepilot.sim import get_profile
+from cachepilot.tokens import DEFAULT_ENCODING, TokenCounter, get_counter
 from cachepilot.usage import Usage
 
 __all__ = ["CachePilot", "Config", "IngestReport", "PilotState"]
@@ -53,6 +64,7 @@ __all__ = ["CachePilot", "Config", "IngestReport", "PilotState"]
 logger = logging.getLogger(__name__)
 
 _STATE_VERSION = 1
+_MAX_DECISIONS = 50
 _ARGS_META_LIMIT = 2_000
 
 
@@ -73,6 +85,8 @@ class Config(BaseModel):
     """Reduction pipeline settings (per-tool profiles, limits, gate)."""
     encoding: str = DEFAULT_ENCODING
     """tiktoken encoding for token counts."""
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    """When and how already-sent history is rewritten (pruning, eviction, scheduler)."""
     provider: str = "openai-gpt-5.4-mini"
     """Provider profile (prices, cache TTL) the cost model uses."""
 
@@ -112,6 +126,8 @@ class PilotState(BaseModel):
     """Fingerprint of the tool set of the last call (a change breaks the prefix)."""
     recalls: int = 0
     """Successful recalls served."""
+    decisions: list[Decision] = Field(default_factory=list)
+    """The latest scheduler decisions (bounded), for explanations."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,22 +373,142 @@ class CachePilot:
             # The recall tool joins before canonicalization: it is ordered and key-sorted like
             # every other tool, and part of the tool set from the first call on.
             in_tools = self._with_recall(tools)
+            raw_system = system
             if self.config.canonicalize:
                 system, canon_messages, out_tools = self._canonicalizer.apply(
-                    system, messages, in_tools, state.canonical
+                    raw_system, messages, in_tools, state.canonical
                 )
             else:
                 canon_messages, out_tools = list(messages), in_tools
-            view = apply_plan(canon_messages, state.plan)
+            keys = message_keys(messages)
+            view = apply_plan(canon_messages, state.plan, keys)
+            clock = time.time() if now is None else now
+            idle = None if state.last_request_time is None else clock - state.last_request_time
+            if self._maintain(
+                thread=thread,
+                state=state,
+                view=view,
+                keys=keys,
+                system=system,
+                tools=out_tools,
+                idle=idle,
+            ):
+                if self.config.canonicalize:
+                    # Frozen volatile values refresh at maintenance points only.
+                    system, canon_messages, out_tools = self._canonicalizer.apply(
+                        raw_system, messages, in_tools, state.canonical, maintenance=True
+                    )
+                view = apply_plan(canon_messages, state.plan, keys)
             fingerprint = tool_fingerprint(out_tools)
             changed = state.tools_fingerprint is not None and fingerprint != state.tools_fingerprint
             if changed and not self.config.canonicalize:  # the canonicalizer logs it otherwise
                 logger.info("thread %s: tool set changed (the cached prefix breaks here)", thread)
             state.tools_fingerprint = fingerprint
             state.calls += 1
-            state.last_request_time = time.time() if now is None else now
+            state.last_request_time = clock
         self._check_pairing(view, thread)
         return system, view, out_tools
+
+    def _maintain(
+        self,
+        *,
+        thread: str,
+        state: PilotState,
+        view: Sequence[Message],
+        keys: Sequence[str],
+        system: str | None,
+        tools: Sequence[Mapping[str, Any]],
+        idle: float | None,
+    ) -> bool:
+        """Ask the scheduler whether this call is a maintenance point; append the epoch if so.
+
+        Returns True when an epoch was appended. Never raises: a failure skips maintenance.
+        """
+        cfg = self.config.maintenance
+        if not cfg.enabled or not view:
+            return False
+        try:
+            counter = get_counter(self.config.encoding)
+            profile = get_profile(self.config.provider)
+            evictable = self._evictable(state, view, keys) if cfg.evict else {}
+            candidates = prune_candidates(
+                view, keys, counter, cfg, already=state.plan.edited_keys(), evictable=evictable
+            )
+            if not candidates:
+                return False
+            context = (
+                counter.count_messages(view)
+                + counter.count(system or "")
+                + sum(counter.count(canonical_json(t)) for t in tools)
+            )
+
+            decision, chosen = decide(
+                call=state.calls,
+                messages=view,
+                candidates=candidates,
+                counter=counter,
+                config=cfg,
+                price=profile.price,
+                ttl_seconds=profile.ttl_seconds,
+                idle_seconds=idle,
+                context_tokens=context,
+                context_window=cfg.context_window or profile.context_window,
+                stub_tokens=_stub_tokens,
+            )
+            if decision.apply and chosen:
+                edits = self._stub_edits(thread, view, chosen, counter)
+                state.plan.epochs.append(
+                    Epoch(index=len(state.plan.epochs), reason=decision.reason, edits=edits)
+                )
+            if decision.apply or decision.candidates:
+                state.decisions.append(decision)
+                del state.decisions[:-_MAX_DECISIONS]
+            if decision.apply:
+                logger.info(
+                    "thread %s: maintenance at call %d (%s): %d edits remove %d tokens",
+                    thread,
+                    decision.call,
+                    decision.reason,
+                    len(chosen),
+                    decision.removed_tokens,
+                )
+            return decision.apply and bool(chosen)
+        except Exception:
+            logger.warning("thread %s: maintenance skipped after an error", thread, exc_info=True)
+            return False
+
+    def _evictable(
+        self, state: PilotState, view: Sequence[Message], keys: Sequence[str]
+    ) -> dict[str, str]:
+        """Keys of tool results whose work unit the lifecycle marks evictable, with why."""
+        return {}
+
+    def _stub_edits(
+        self,
+        thread: str,
+        view: Sequence[Message],
+        chosen: Sequence[Candidate],
+        counter: TokenCounter,
+    ) -> list[Edit]:
+        """Archive each chosen result as it stands, then stub it (nothing is lost)."""
+        texts: list[str] = []
+        refs: list[str] = []
+        for cand in chosen:
+            message = view[cand.index]
+            content = message.text
+            ref = self.store.put(
+                thread,
+                content,
+                meta={
+                    "tool": message.name or "tool",
+                    "call_id": message.tool_call_id,
+                    "reason": "evicted" if cand.kind == "evict" else "pruned",
+                    "source": f"call:{message.tool_call_id}",
+                },
+            )
+            refs.append(ref)
+            texts.append(stub_text(cand.kind, message, cand.tokens, ref, cand.reason))
+        return build_edits(chosen, texts, refs)
 
     async def aprepare(
         self,
@@ -466,6 +602,11 @@ class CachePilot:
         with self._lock:
             for key, value in usage.to_dict().items():
                 state.usage[key] = state.usage.get(key, 0) + value
+
+
+def _stub_tokens(candidate: Candidate) -> int:
+    # A stub is about 30 tokens whatever it names; its exact text needs the ref.
+    return 30
 
 
 def _check_thread(thread: object) -> None:

@@ -24,8 +24,10 @@ logger = logging.getLogger(__name__)
 class Edit(BaseModel):
     """One edit of one message."""
 
-    kind: Literal["stub"]
-    """`stub`: replace a tool result's content with `text` (the original is archived)."""
+    kind: Literal["stub", "evict"]
+    """`stub`: a pruned tool result; `evict`: a tool result of an evicted (superseded or
+    finished) work unit. Both replace the result's content with `text`; the original is
+    archived first."""
     key: str
     """Stable key of the message the edit applies to."""
     text: str
@@ -54,13 +56,24 @@ class Plan(BaseModel):
         """True when no edit was ever planned."""
         return not any(e.edits for e in self.epochs)
 
+    def edited_keys(self) -> set[str]:
+        """Keys of every message some epoch edited."""
+        return {edit.key for epoch in self.epochs for edit in epoch.edits}
 
-def apply_plan(messages: Sequence[Message], plan: Plan) -> list[Message]:
+
+def apply_plan(
+    messages: Sequence[Message], plan: Plan, keys: Sequence[str] | None = None
+) -> list[Message]:
     """Render the view: the transcript with every planned edit applied, in epoch order.
 
     Unedited messages are returned as the same objects. Edits whose message is not in the
     transcript (yet, or any more) are ignored; an edit that does not fit its message (a stub
     on a non-tool message) is skipped with a log line, never applied half-way.
+
+    Args:
+        messages: the transcript.
+        plan: the thread's plan.
+        keys: the messages' stable keys, when the caller already has them.
     """
     if plan.empty:
         return list(messages)
@@ -69,11 +82,12 @@ def apply_plan(messages: Sequence[Message], plan: Plan) -> list[Message]:
         for planned in epoch.edits:
             edits[planned.key] = planned
     out: list[Message] = []
-    for key, message in zip(message_keys(messages), messages, strict=True):
+    keys = message_keys(messages) if keys is None else keys
+    for key, message in zip(keys, messages, strict=True):
         found = edits.get(key)
         if found is None:
             out.append(message)
-        elif found.kind == "stub" and message.role == "tool":
+        elif found.kind in ("stub", "evict") and message.role == "tool":
             out.append(replace(message, content=found.text))
         else:
             logger.warning(

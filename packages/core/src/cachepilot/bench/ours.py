@@ -77,15 +77,32 @@ class CachePilotStrategy(StatefulStrategy):
         return replace(message, content=report.text)
 
     def view(self, call: CallContext, archived: list[str] | None = None) -> PreparedCall:
+        epochs = len(self.pilot.state(self.ctx.session_id).plan.epochs)
         system, messages, tools = self.pilot.prepare(
             self.system_for(call),
             self.state,
             self.ctx.tools,
             self.ctx.session_id,
-            now=call.timestamp,
+            # Traces without times get a logical clock (10 s a call), like the simulator's.
+            now=call.timestamp if call.timestamp is not None else call.call_number * 10.0,
         )
+        state = self.pilot.state(self.ctx.session_id)
+        maintenance = len(state.plan.epochs) > epochs
+        archived = list(archived or ())
+        if maintenance:
+            # What the new epoch stubbed was archived first: it stays recallable.
+            for edit in state.plan.epochs[-1].edits:
+                found = self.pilot.store.get(self.ctx.session_id, edit.ref or "")
+                if found is not None:
+                    archived.append(found.text)
+            self._count("maintenance_epochs", 1)
+            self._count("maintenance_edits", len(state.plan.epochs[-1].edits))
         return PreparedCall(
-            system=system, messages=messages, tools=tools, archived=tuple(archived or ())
+            system=system,
+            messages=messages,
+            tools=tools,
+            archived=tuple(archived),
+            maintenance=maintenance,
         )
 
 

@@ -1,0 +1,285 @@
+"""Maintenance points: which history edits to make, and whether now is the time to make them.
+
+Rewriting already-sent history breaks the provider's cached prefix from the first edited
+message on: every later token is billed once more at the miss price. An edit that removes R
+tokens saves about R × p_hit on every later call. The scheduler appends an epoch only when
+
+* the expected saving over the remaining calls exceeds the one-off re-miss cost,
+* the context has passed the fold trigger (it must shrink whatever the cost),
+* the cache is cold anyway (idle longer than the provider's TTL: rewriting is free), or
+* (ablation) a fixed every-B schedule says so.
+
+All pending edits coalesce into that one epoch. Every decision is returned as a small record
+that says why, what it saves and what it re-misses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from cachepilot.messages import Message
+from cachepilot.plan import Edit
+from cachepilot.pricing import Price
+from cachepilot.tokens import TokenCounter
+
+__all__ = [
+    "Candidate",
+    "Decision",
+    "MaintenanceConfig",
+    "build_edits",
+    "decide",
+    "prune_candidates",
+    "stub_text",
+]
+
+_STUB_MAX_LABEL = 60
+
+
+class MaintenanceConfig(BaseModel):
+    """When and how history is rewritten. Defaults were tuned with `cachepilot bench`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    """Rewrite history at maintenance points at all."""
+    evict: bool = True
+    """Stub tool results of work units the lifecycle marks evictable."""
+    prune: bool = True
+    """Stub old tool results outside the protected tail."""
+    schedule: Literal["cost", "fixed"] = "cost"
+    """`cost`: the cost model decides; `fixed`: apply pending edits every `every` calls."""
+    every: int = 3
+    """Lifecycle batch size B (calls), and the period of the `fixed` schedule."""
+    protect_tool_tokens: int = 10_000
+    """Tool-output tokens at the end of the history that are never pruned."""
+    protect_results: int = 4
+    """The last N tool results are never pruned or evicted."""
+    protect_user_turns: int = 0
+    """Also protect every tool result of the last N user turns (OpenCode uses 2; sessions that
+    are one long task would then never prune)."""
+    min_prune_tokens: int = 2_000
+    """Prune only when it would remove at least this many tokens."""
+    min_result_tokens: int = 200
+    """Results smaller than this are not worth a stub."""
+    fold_trigger: float = 0.8
+    """Share of the usable input window past which maintenance is forced."""
+    context_window: int | None = None
+    """Usable input window in tokens; None takes the provider profile's."""
+    horizon: float = 0.5
+    """Expected remaining calls as a multiple of the calls made so far (a session that has
+    run N calls is expected to run about `horizon` × N more)."""
+    min_expected_calls: int = 2
+    """The cost model never assumes fewer remaining calls than this."""
+    max_expected_calls: int = 200
+    """…nor more than this."""
+
+    @model_validator(mode="after")
+    def _check(self) -> MaintenanceConfig:
+        if self.every < 1:
+            raise ValueError("every must be >= 1")
+        if not 0.1 <= self.fold_trigger <= 1.0:
+            raise ValueError("fold_trigger must be within [0.1, 1.0]")
+        for name in (
+            "protect_tool_tokens",
+            "protect_results",
+            "protect_user_turns",
+            "min_prune_tokens",
+            "min_result_tokens",
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        if self.context_window is not None and self.context_window < 1_000:
+            raise ValueError("context_window must be >= 1000 tokens")
+        if not 0.0 < self.horizon <= 10.0:
+            raise ValueError("horizon must be within (0, 10]")
+        if not 1 <= self.min_expected_calls <= self.max_expected_calls:
+            raise ValueError("need 1 <= min_expected_calls <= max_expected_calls")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A tool result that could be stubbed at the next maintenance point."""
+
+    index: int
+    """Position in the transcript."""
+    key: str
+    kind: Literal["stub", "evict"]
+    tokens: int
+    """Tokens of the result as it stands."""
+    reason: str
+
+
+class Decision(BaseModel):
+    """One scheduler decision, kept small so a log of them explains a whole session."""
+
+    call: int
+    """Ordinal of the model call."""
+    apply: bool
+    reason: str
+    """`cost-model`, `fold-trigger`, `cold-cache`, `fixed-schedule` or why not."""
+    candidates: int = 0
+    removed_tokens: int = 0
+    """Tokens the edits remove from every later request."""
+    remiss_tokens: int = 0
+    """Tokens after the first edited message: billed again at the miss price once."""
+    expected_calls: int = 0
+    saving_usd: float = 0.0
+    """Expected saving over the remaining calls."""
+    cost_usd: float = 0.0
+    """One-off cost of the broken prefix."""
+    context_tokens: int = 0
+
+
+def stub_text(
+    kind: Literal["stub", "evict"], message: Message, tokens: int, ref: str, reason: str
+) -> str:
+    """Deterministic one-line stub that names the ref to recall."""
+    label = (message.name or "tool")[:_STUB_MAX_LABEL]
+    verb = "pruned" if kind == "stub" else "evicted"
+    why = f" ({reason})" if reason and kind == "evict" else ""
+    return f'[{label} output {verb}{why}: {tokens:,} tokens; full text: recall(ref="{ref}")]'
+
+
+def prune_candidates(
+    messages: Sequence[Message],
+    keys: Sequence[str],
+    counter: TokenCounter,
+    config: MaintenanceConfig,
+    *,
+    already: set[str],
+    evictable: dict[str, str] | None = None,
+) -> list[Candidate]:
+    """Tool results outside the protected tail that a maintenance point could stub.
+
+    Args:
+        messages: the transcript (already-edited results are skipped via `already`).
+        keys: stable keys of `messages`.
+        counter: token counter (memoised).
+        config: maintenance settings.
+        already: keys edited by earlier epochs.
+        evictable: key → reason for results of evictable work units (from the lifecycle).
+    """
+    evictable = evictable or {}
+    tool_indices = [i for i, m in enumerate(messages) if m.role == "tool"]
+    protected: set[int] = set(
+        tool_indices[-config.protect_results :] if config.protect_results else ()
+    )
+    budget = config.protect_tool_tokens
+    for i in reversed(tool_indices):
+        if budget <= 0:
+            break
+        protected.add(i)
+        budget -= counter.count_message(messages[i])
+    if config.protect_user_turns:
+        users = [i for i, m in enumerate(messages) if m.role == "user"]
+        if users:
+            start = users[-min(config.protect_user_turns, len(users))]
+            protected.update(i for i in tool_indices if i >= start)
+    out: list[Candidate] = []
+    for i in tool_indices:
+        key = keys[i]
+        if i in protected or key in already:
+            continue
+        tokens = counter.count_message(messages[i])
+        if tokens < config.min_result_tokens:
+            continue
+        if config.evict and key in evictable:
+            out.append(Candidate(i, key, "evict", tokens, evictable[key]))
+        elif config.prune:
+            out.append(Candidate(i, key, "stub", tokens, "old tool output"))
+    return out
+
+
+@dataclass(slots=True)
+class _Totals:
+    removed: int = 0
+    first_index: int | None = None
+    edits: list[Candidate] = field(default_factory=list)
+
+
+def decide(
+    *,
+    call: int,
+    messages: Sequence[Message],
+    candidates: Sequence[Candidate],
+    counter: TokenCounter,
+    config: MaintenanceConfig,
+    price: Price,
+    ttl_seconds: float | None,
+    idle_seconds: float | None,
+    context_tokens: int,
+    context_window: int,
+    stub_tokens: Callable[[Candidate], int],
+) -> tuple[Decision, list[Candidate]]:
+    """Decide whether this call is a maintenance point, and which candidates to apply.
+
+    Returns:
+        The decision record and the candidates to turn into edits (empty when not applying).
+    """
+    totals = _Totals()
+    for cand in candidates:
+        saved = cand.tokens - stub_tokens(cand)
+        if saved <= 0:
+            continue
+        totals.removed += saved
+        totals.edits.append(cand)
+        if totals.first_index is None or cand.index < totals.first_index:
+            totals.first_index = cand.index
+    record = Decision(
+        call=call,
+        apply=False,
+        reason="nothing to remove",
+        candidates=len(totals.edits),
+        context_tokens=context_tokens,
+    )
+    if not config.enabled or not totals.edits or totals.first_index is None:
+        return record, []
+    remiss = sum(counter.count_message(m) for m in messages[totals.first_index :])
+    expected = max(
+        config.min_expected_calls, min(config.max_expected_calls, round(call * config.horizon))
+    )
+    hit = price.hit_per_m / 1e6
+    write_premium = max(0.0, price.effective_write_per_m - price.miss_per_m) / 1e6
+    cost_usd = remiss * (price.miss_per_m / 1e6 - hit + write_premium)
+    saving_usd = totals.removed * hit * expected
+    record = record.model_copy(
+        update={
+            "removed_tokens": totals.removed,
+            "remiss_tokens": remiss,
+            "expected_calls": expected,
+            "saving_usd": round(saving_usd, 6),
+            "cost_usd": round(cost_usd, 6),
+        }
+    )
+    forced = context_tokens >= config.fold_trigger * context_window
+    cold = ttl_seconds is not None and idle_seconds is not None and idle_seconds > ttl_seconds
+    if config.schedule == "fixed":
+        if call % config.every == 0 or forced:
+            return record.model_copy(
+                update={"apply": True, "reason": "fixed-schedule"}
+            ), totals.edits
+        return record.model_copy(update={"reason": "not a scheduled call"}), []
+    if forced:
+        return record.model_copy(update={"apply": True, "reason": "fold-trigger"}), totals.edits
+    if cold:
+        return record.model_copy(update={"apply": True, "reason": "cold-cache"}), totals.edits
+    if totals.removed < config.min_prune_tokens:
+        return record.model_copy(update={"reason": "below minimum saving"}), []
+    if saving_usd > cost_usd:
+        return record.model_copy(update={"apply": True, "reason": "cost-model"}), totals.edits
+    return record.model_copy(update={"reason": "saving does not pay for the re-miss"}), []
+
+
+def build_edits(
+    chosen: Sequence[Candidate], texts: Sequence[str], refs: Sequence[str]
+) -> list[Edit]:
+    """Edits for the chosen candidates, in transcript order."""
+    return [
+        Edit(kind=c.kind, key=c.key, text=t, ref=r)
+        for c, t, r in sorted(zip(chosen, texts, refs, strict=True), key=lambda x: x[0].index)
+    ]

@@ -1,0 +1,251 @@
+"""Maintenance points: candidates, the cost model, and the invariants of DESIGN §2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.maintenance import Candidate, MaintenanceConfig, decide, prune_candidates
+from cachepilot.messages import Message, ToolCall, message_keys, pairing_issues
+from cachepilot.pilot import CachePilot, Config
+from cachepilot.pricing import Price
+from cachepilot.tokens import TokenCounter
+
+
+class CharEncoding:
+    """One token per character: hand-computable sizes."""
+
+    name = "chars"
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+
+PRICE = Price("test", miss_per_m=1.0, hit_per_m=0.1, output_per_m=1.0)
+
+
+def _turns(sizes: list[int]) -> list[Message]:
+    out = [Message(role="user", content="task")]
+    for n, size in enumerate(sizes):
+        call = ToolCall(f"c{n}", "bash", json.dumps({"command": f"cmd {n}"}))
+        out.append(Message(role="assistant", content=f"step {n}", tool_calls=(call,)))
+        out.append(
+            Message(role="tool", content=f"{n}:" + "x" * size, tool_call_id=f"c{n}", name="bash")
+        )
+    return out
+
+
+def test_candidates_respect_the_protected_tail() -> None:
+    counter = TokenCounter(CharEncoding())
+    messages = _turns([1000, 1000, 1000, 1000, 1000, 1000])
+    keys = message_keys(messages)
+    cfg = MaintenanceConfig(protect_tool_tokens=2_500, protect_results=1, min_result_tokens=10)
+    cands = prune_candidates(messages, keys, counter, cfg, already=set())
+    # Tool results sit at indices 2, 4, ..., 12; the last three (>= 2,500 tokens) are protected.
+    assert [c.index for c in cands] == [2, 4, 6]
+    assert all(c.kind == "stub" for c in cands)
+    again = prune_candidates(messages, keys, counter, cfg, already={keys[2]})
+    assert [c.index for c in again] == [4, 6]
+    evict = prune_candidates(
+        messages, keys, counter, cfg, already=set(), evictable={keys[4]: "superseded"}
+    )
+    assert [(c.index, c.kind) for c in evict] == [(2, "stub"), (4, "evict"), (6, "stub")]
+    turns = MaintenanceConfig(protect_tool_tokens=0, protect_results=0, protect_user_turns=1)
+    assert prune_candidates(messages, keys, counter, turns, already=set()) == []
+
+
+def _decide(call: int, removed: int, remiss_tokens: int, **kw: object) -> tuple[bool, str]:
+    counter = TokenCounter(CharEncoding())
+    tail = Message(role="tool", content="y" * (remiss_tokens - 4), tool_call_id="t")
+    cand = Candidate(index=0, key="k", kind="stub", tokens=removed + 30, reason="old")
+    cfg = MaintenanceConfig(min_prune_tokens=0, **kw)  # type: ignore[arg-type]
+    record, chosen = decide(
+        call=call,
+        messages=[tail],
+        candidates=[cand],
+        counter=counter,
+        config=cfg,
+        price=PRICE,
+        ttl_seconds=300,
+        idle_seconds=10.0,
+        context_tokens=remiss_tokens,
+        context_window=1_000_000,
+        stub_tokens=lambda c: 30,
+    )
+    assert record.removed_tokens == removed
+    assert record.remiss_tokens == remiss_tokens
+    assert bool(chosen) == record.apply
+    return record.apply, record.reason
+
+
+def test_cost_model_applies_only_when_the_saving_pays() -> None:
+    # Breaking costs 10,000 × (1.0 − 0.1) = $0.009; saving is removed × 0.1 × expected calls.
+    # horizon 1.0 at call 40: 1,000 × 0.1e-6 × 40 = $0.004 < $0.009 → wait.
+    assert _decide(40, 1_000, 10_000, horizon=1.0) == (False, "saving does not pay for the re-miss")
+    # 3,000 removed at call 40: $0.012 > $0.009 → apply.
+    assert _decide(40, 3_000, 10_000, horizon=1.0) == (True, "cost-model")
+    # The same edit early in a session (call 5) does not pay yet.
+    assert _decide(5, 3_000, 10_000, horizon=1.0)[0] is False
+
+
+def test_fold_trigger_cold_cache_and_fixed_schedule() -> None:
+    counter = TokenCounter(CharEncoding())
+    tail = Message(role="tool", content="y" * 996, tool_call_id="t")
+    cand = Candidate(index=0, key="k", kind="stub", tokens=130, reason="old")
+
+    def run(
+        cfg: MaintenanceConfig, *, call: int = 1, idle: float = 1.0, context: int = 1_000
+    ) -> str:
+        record, _ = decide(
+            call=call,
+            messages=[tail],
+            candidates=[cand],
+            counter=counter,
+            config=cfg,
+            price=PRICE,
+            ttl_seconds=300,
+            idle_seconds=idle,
+            context_tokens=context,
+            context_window=10_000,
+            stub_tokens=lambda c: 30,
+        )
+        return record.reason if record.apply else "no:" + record.reason
+
+    base = MaintenanceConfig(min_prune_tokens=0)
+    assert run(base).startswith("no:")
+    assert run(base, context=8_000) == "fold-trigger"
+    assert run(base, idle=301.0) == "cold-cache"
+    fixed = MaintenanceConfig(schedule="fixed", every=3)
+    assert run(fixed, call=3) == "fixed-schedule"
+    assert run(fixed, call=4) == "no:not a scheduled call"
+    assert run(MaintenanceConfig(enabled=False), context=9_999).startswith("no:")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"every": 0},
+        {"fold_trigger": 2.0},
+        {"protect_tool_tokens": -1},
+        {"horizon": 0},
+        {"context_window": 10},
+        {"min_expected_calls": 0},
+        {"nope": 1},
+    ],
+)
+def test_bad_config_fails_fast(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        MaintenanceConfig(**bad)  # type: ignore[arg-type]
+
+
+# --- invariants over random sessions -------------------------------------------------------
+
+_session = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=3),  # tool calls in this step
+        st.lists(st.integers(min_value=0, max_value=6_000), min_size=3, max_size=3),
+        st.booleans(),  # a new user turn before this step
+    ),
+    min_size=2,
+    max_size=14,
+)
+
+
+def _build(steps: list[tuple[int, list[int], bool]]) -> list[list[Message]]:
+    """The transcript as it stands before each model call."""
+    history: list[Message] = [Message(role="user", content="Fix the failing tests, please.")]
+    snapshots: list[list[Message]] = []
+    for n, (calls, sizes, new_turn) in enumerate(steps):
+        if new_turn:
+            history.append(Message(role="user", content=f"Next: part {n}."))
+        snapshots.append(list(history))
+        tool_calls = tuple(
+            ToolCall(f"s{n}c{k}", "bash", json.dumps({"command": f"run {n} {k}"}))
+            for k in range(calls)
+        )
+        history.append(Message(role="assistant", content=f"thinking {n}", tool_calls=tool_calls))
+        for k in range(calls):
+            body = "\n".join(
+                f"line {i} of output {n}/{k}: value={i * 7 + n}" for i in range(sizes[k] // 30)
+            )
+            history.append(
+                Message(role="tool", content=body, tool_call_id=f"s{n}c{k}", name="bash")
+            )
+    snapshots.append(list(history))
+    return snapshots
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_session, st.integers(min_value=1, max_value=4))
+def test_requests_extend_between_maintenance_points(
+    steps: list[tuple[int, list[int], bool]], every: int
+) -> None:
+    maintenance = MaintenanceConfig(
+        schedule="fixed",
+        every=every,
+        protect_tool_tokens=500,
+        protect_results=1,
+        min_result_tokens=20,
+    )
+    pilot = CachePilot(Config(maintenance=maintenance), store=InMemoryArtifactStore())
+    previous: tuple[str | None, list[Message], list[dict[str, object]]] | None = None
+    epochs = 0
+    for t, snapshot in enumerate(_build(steps)):
+        # Ingestion happens once, when a result arrives: reduce the new tool results.
+        system, view, tools = pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+        assert pairing_issues(view) == [], "an edit orphaned a call or a result"
+        state = pilot.state("t")
+        grew = len(state.plan.epochs) > epochs
+        epochs = len(state.plan.epochs)
+        if previous is not None and not grew:
+            p_system, p_view, p_tools = previous
+            assert system == p_system and tools == p_tools
+            assert view[: len(p_view)] == p_view, "history changed without a maintenance point"
+        previous = (system, view, tools)
+        # Every stub names an archived original that is byte-identical to what it replaced.
+        originals = {m.tool_call_id: m.content for m in snapshot if m.role == "tool"}
+        for message in view:
+            if (
+                message.role == "tool"
+                and isinstance(message.content, str)
+                and (
+                    'recall(ref="' in message.content and message.content.startswith("[bash output")
+                )
+            ):
+                ref = message.content.split('recall(ref="')[1][:12]
+                artifact = pilot.store.get("t", ref)
+                assert artifact is not None
+                assert artifact.text == originals[message.tool_call_id]
+
+
+def test_maintenance_really_stubs_old_results_and_keeps_them_recallable() -> None:
+    steps = [(1, [6_000, 0, 0], False) for _ in range(8)]
+    maintenance = MaintenanceConfig(
+        schedule="fixed", every=2, protect_tool_tokens=500, protect_results=1
+    )
+    pilot = CachePilot(Config(maintenance=maintenance), store=InMemoryArtifactStore())
+    views = [
+        pilot.prepare("sys", snap, (), "t", now=i * 10.0)[1] for i, snap in enumerate(_build(steps))
+    ]
+    state = pilot.state("t")
+    assert state.plan.epochs, "no maintenance point was taken"
+    assert {d.reason for d in state.decisions if d.apply} == {"fixed-schedule"}
+    stubbed = [m for m in views[-1] if m.role == "tool" and "output pruned" in m.text]
+    assert len(stubbed) >= 5
+    assert sum(len(m.text) for m in views[-1]) < sum(len(m.text) for m in _build(steps)[-1]) / 3
+
+
+def test_cost_schedule_waits_then_prunes_on_a_long_session() -> None:
+    steps = [(1, [4_000, 0, 0], False) for _ in range(60)]
+    pilot = CachePilot(Config(), store=InMemoryArtifactStore())
+    for i, snap in enumerate(_build(steps)):
+        pilot.prepare("sys", snap, (), "t", now=i * 10.0)
+    applied = [d for d in pilot.state("t").decisions if d.apply]
+    waited = [d for d in pilot.state("t").decisions if not d.apply]
+    assert applied and waited
+    assert all(d.saving_usd > d.cost_usd for d in applied if d.reason == "cost-model")
+    assert all(d.saving_usd <= d.cost_usd for d in waited if "re-miss" in d.reason)
