@@ -157,3 +157,17 @@ def test_pending_tail_is_allowed_only_on_request() -> None:
     assert pairing_issues(tail) == []
     with pytest.raises(PairingError, match="unanswered_call"):
         check_pairing(tail, allow_pending_tail=False)
+
+
+@given(st.lists(_messages, max_size=10), st.lists(_messages, max_size=5), st.integers(0, 4))
+def test_key_tracker_matches_message_keys(
+    head: list[Message], tail: list[Message], cut: int
+) -> None:
+    from cachepilot.messages import KeyTracker
+
+    tracker = KeyTracker()
+    assert tracker.keys(head) == message_keys(head)
+    grown = head + tail
+    assert tracker.keys(grown) == message_keys(grown)
+    shrunk = grown[cut:]  # not an extension: recomputed from scratch
+    assert tracker.keys(shrunk) == message_keys(shrunk)

@@ -18,6 +18,7 @@ __all__ = [
     "ROLES",
     "ContentPart",
     "ImagePart",
+    "KeyTracker",
     "Message",
     "PairingError",
     "PairingIssue",
@@ -258,6 +259,40 @@ def message_keys(messages: Sequence[Message]) -> list[str]:
         seen[digest] = ordinal + 1
         keys.append(f"h:{digest}:{ordinal}")
     return keys
+
+
+class KeyTracker:
+    """`message_keys` for a transcript that grows between calls, in O(new messages).
+
+    When the transcript starts with the very message objects of the previous call, only the
+    new tail is hashed; anything else falls back to a full computation. Not thread-safe: keep
+    one per thread of conversation.
+    """
+
+    def __init__(self) -> None:
+        self._messages: list[Message] = []
+        self._keys: list[str] = []
+        self._seen: dict[str, int] = {}
+
+    def keys(self, messages: Sequence[Message]) -> list[str]:
+        """Stable keys of `messages` (equal to `message_keys(messages)`)."""
+        known = len(self._messages)
+        extends = len(messages) >= known and all(
+            a is b for a, b in zip(self._messages, messages, strict=False)
+        )
+        if not extends:
+            self._messages, self._keys, self._seen = [], [], {}
+            known = 0
+        for message in messages[known:]:
+            if message.id:
+                self._keys.append(f"id:{message.id}")
+            else:
+                digest = content_hash(message)
+                ordinal = self._seen.get(digest, 0)
+                self._seen[digest] = ordinal + 1
+                self._keys.append(f"h:{digest}:{ordinal}")
+            self._messages.append(message)
+        return list(self._keys)
 
 
 @dataclass(frozen=True, slots=True)

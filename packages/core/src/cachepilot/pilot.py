@@ -40,7 +40,7 @@ from cachepilot.maintenance import (
     prune_candidates,
     stub_text,
 )
-from cachepilot.messages import Message, message_keys, pairing_issues
+from cachepilot.messages import KeyTracker, Message, pairing_issues
 from cachepilot.plan import Edit, Epoch, Plan, apply_plan
 from cachepilot.recall import RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA, recall
 from cachepilot.reduce import (
@@ -165,6 +165,9 @@ class CachePilot:
         self._pipeline = Pipeline(self.config.reduction)
         self._canonicalizer = Canonicalizer(self.config.canonical)
         self._warned_pairing: set[str] = set()
+        # Per-thread caches that make a call cost O(new messages); never part of the state.
+        self._trackers: dict[str, KeyTracker] = {}
+        self._tool_tokens: dict[str, int] = {}
         # The recall tool's schema with sorted keys, one object per pilot (sent every call).
         self._recall_tool: dict[str, Any] = canonicalize_tool(RECALL_TOOL_SCHEMA)
 
@@ -380,7 +383,7 @@ class CachePilot:
                 )
             else:
                 canon_messages, out_tools = list(messages), in_tools
-            keys = message_keys(messages)
+            keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
             view = apply_plan(canon_messages, state.plan, keys)
             clock = time.time() if now is None else now
             idle = None if state.last_request_time is None else clock - state.last_request_time
@@ -436,11 +439,12 @@ class CachePilot:
             )
             if not candidates:
                 return False
-            context = (
-                counter.count_messages(view)
-                + counter.count(system or "")
-                + sum(counter.count(canonical_json(t)) for t in tools)
-            )
+            fingerprint = tool_fingerprint(tools)
+            tool_tokens = self._tool_tokens.get(fingerprint)
+            if tool_tokens is None:
+                tool_tokens = sum(counter.count(canonical_json(t)) for t in tools)
+                self._tool_tokens[fingerprint] = tool_tokens
+            context = counter.count_messages(view) + counter.count(system or "") + tool_tokens
 
             decision, chosen = decide(
                 call=state.calls,

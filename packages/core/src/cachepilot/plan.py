@@ -8,6 +8,8 @@ messages by their stable key (`messages.message_keys`), never by position.
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
@@ -61,6 +63,26 @@ class Plan(BaseModel):
         return {edit.key for epoch in self.epochs for edit in epoch.edits}
 
 
+_EDIT_MEMO: OrderedDict[tuple[int, str, str], tuple[Message, Message]] = OrderedDict()
+_EDIT_MEMO_MAX = 50_000
+_EDIT_LOCK = threading.Lock()
+
+
+def _edited(message: Message, edit: Edit) -> Message:
+    """The edited message, the same object on every call (token and hash memos keep hitting)."""
+    memo_key = (id(message), edit.key, edit.text)
+    with _EDIT_LOCK:
+        hit = _EDIT_MEMO.get(memo_key)
+        if hit is not None and hit[0] is message:
+            return hit[1]
+    edited = replace(message, content=edit.text)
+    with _EDIT_LOCK:
+        _EDIT_MEMO[memo_key] = (message, edited)
+        if len(_EDIT_MEMO) > _EDIT_MEMO_MAX:
+            _EDIT_MEMO.popitem(last=False)
+    return edited
+
+
 def apply_plan(
     messages: Sequence[Message], plan: Plan, keys: Sequence[str] | None = None
 ) -> list[Message]:
@@ -88,7 +110,7 @@ def apply_plan(
         if found is None:
             out.append(message)
         elif found.kind in ("stub", "evict") and message.role == "tool":
-            out.append(replace(message, content=found.text))
+            out.append(_edited(message, found))
         else:
             logger.warning(
                 "plan edit %s does not fit message %s (%s)", found.kind, key, message.role
