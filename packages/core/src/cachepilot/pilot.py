@@ -31,6 +31,7 @@ from cachepilot.canonical import (
     tool_fingerprint,
 )
 from cachepilot.canonical import tool_name as schema_name
+from cachepilot.lifecycle import Estimator, LifecycleRegistry, RuleEstimator
 from cachepilot.maintenance import (
     Candidate,
     Decision,
@@ -126,6 +127,8 @@ class PilotState(BaseModel):
     """Fingerprint of the tool set of the last call (a change breaks the prefix)."""
     recalls: int = 0
     """Successful recalls served."""
+    lifecycle: LifecycleRegistry = Field(default_factory=LifecycleRegistry)
+    """Tasks and work units with their states (what may be evicted)."""
     decisions: list[Decision] = Field(default_factory=list)
     """The latest scheduler decisions (bounded), for explanations."""
 
@@ -154,9 +157,17 @@ class CachePilot:
         store: artifact store for archived originals. Default: an SQLite file in the per-user
             cache directory (`$CACHEPILOT_HOME`, else `$XDG_CACHE_HOME/cachepilot`, else
             `~/.cache/cachepilot`), opened on first use, so originals survive restarts.
+        estimator: lifecycle estimator; the rule estimator when omitted (an `LLMEstimator`
+            asks a chat model which work is finished).
     """
 
-    def __init__(self, config: Config | None = None, *, store: ArtifactStore | None = None) -> None:
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        store: ArtifactStore | None = None,
+        estimator: Estimator | None = None,
+    ) -> None:
         self.config = config or Config()
         self._store = store
         self._store_lock = threading.Lock()
@@ -168,6 +179,7 @@ class CachePilot:
         # Per-thread caches that make a call cost O(new messages); never part of the state.
         self._trackers: dict[str, KeyTracker] = {}
         self._tool_tokens: dict[str, int] = {}
+        self._estimator: Estimator = estimator or RuleEstimator()
         # The recall tool's schema with sorted keys, one object per pilot (sent every call).
         self._recall_tool: dict[str, Any] = canonicalize_tool(RECALL_TOOL_SCHEMA)
 
@@ -390,6 +402,7 @@ class CachePilot:
             if self._maintain(
                 thread=thread,
                 state=state,
+                messages=messages,
                 view=view,
                 keys=keys,
                 system=system,
@@ -417,6 +430,7 @@ class CachePilot:
         *,
         thread: str,
         state: PilotState,
+        messages: Sequence[Message],
         view: Sequence[Message],
         keys: Sequence[str],
         system: str | None,
@@ -433,7 +447,7 @@ class CachePilot:
         try:
             counter = get_counter(self.config.encoding)
             profile = get_profile(self.config.provider)
-            evictable = self._evictable(state, view, keys) if cfg.evict else {}
+            evictable = self._evictable(state, messages, keys) if cfg.evict else {}
             candidates = prune_candidates(
                 view, keys, counter, cfg, already=state.plan.edited_keys(), evictable=evictable
             )
@@ -482,10 +496,21 @@ class CachePilot:
             return False
 
     def _evictable(
-        self, state: PilotState, view: Sequence[Message], keys: Sequence[str]
+        self, state: PilotState, messages: Sequence[Message], keys: Sequence[str]
     ) -> dict[str, str]:
-        """Keys of tool results whose work unit the lifecycle marks evictable, with why."""
-        return {}
+        """Keys of tool results whose work unit the lifecycle marks evictable, with why.
+
+        The lifecycle reads the transcript as ingested (not the view: stubs hide outputs) and
+        is evaluated every `maintenance.every` calls.
+        """
+        registry = state.lifecycle
+        registry.update(messages, keys, self._estimator, every=self.config.maintenance.every)
+        out: dict[str, str] = {}
+        for unit in registry.evictable():
+            why = (unit.reason or "finished work")[:60]
+            for key in unit.keys:
+                out[key] = why
+        return out
 
     def _stub_edits(
         self,

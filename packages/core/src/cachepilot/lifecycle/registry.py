@@ -180,6 +180,15 @@ class LifecycleRegistry(BaseModel):
         """Units that are not evictable, oldest first."""
         return [self.segments[u] for u in self._idx().alive]
 
+    def __eq__(self, other: object) -> bool:
+        # Equal when the persisted fields are: private look-up indexes are caches, rebuilt
+        # after loading, and must not make a reloaded registry differ.
+        if not isinstance(other, LifecycleRegistry):
+            return NotImplemented
+        return self.model_dump() == other.model_dump()
+
+    __hash__ = None  # type: ignore[assignment]
+
     def evictable(self, exclude_keys: Iterable[str] = frozenset()) -> list[Segment]:
         """Evictable work units (whole messages: stubbing them never orphans a call or a
         result), oldest first; units holding any of `exclude_keys` are left out."""
