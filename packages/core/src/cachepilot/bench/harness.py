@@ -19,7 +19,7 @@ from typing import Literal
 from cachepilot.bench.fidelity import FactIndex, view_text
 from cachepilot.bench.registry import make_strategy, validate_names
 from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext, Strategy
-from cachepilot.messages import Message, TextPart, ToolCall
+from cachepilot.messages import Message, TextPart, ToolCall, pairing_issues
 from cachepilot.pricing import Price, cost
 from cachepilot.sim import DEFAULT_PROFILE, CacheSimulator, Request, get_profile, render_request
 from cachepilot.tokens import TokenCounter, get_counter
@@ -169,6 +169,7 @@ def chain_sessions(sessions: Sequence[Session], chain: int) -> list[Session]:
                     messages.extend(member.messages[: len(member.messages) - len(body)])
                 elif system and system != first_system:
                     messages.append(Message(role="user", content=system))
+                _close_pending_calls(messages)
                 offset_index = len(messages)
                 prefix = f"s{n}_" if n else ""
                 messages.extend(_prefixed_ids(m, prefix) if prefix else m for m in body)
@@ -194,6 +195,29 @@ def chain_sessions(sessions: Sequence[Session], chain: int) -> list[Session]:
                 )
             )
     return out
+
+
+SEAM_RESULT = "[no result: the recorded session ended before this call returned]"
+
+
+def _close_pending_calls(messages: list[Message]) -> None:
+    """Answer calls left pending at the end of a chained trace, so pairing holds at the seam."""
+    issues = pairing_issues(messages, allow_pending_tail=False)
+    pending = [
+        i for i in issues if i.kind == "unanswered_call" and i.index == _last_assistant(messages)
+    ]
+    for issue in pending:
+        call = next(c for c in messages[issue.index].tool_calls if c.id == issue.call_id)
+        messages.append(
+            Message(role="tool", content=SEAM_RESULT, tool_call_id=call.id, name=call.name)
+        )
+
+
+def _last_assistant(messages: Sequence[Message]) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "assistant":
+            return i
+    return -1
 
 
 def _round_trip_request(view: PreparedCall, source: Message, can_recall: bool) -> Request:

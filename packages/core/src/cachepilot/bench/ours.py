@@ -10,10 +10,17 @@ from dataclasses import replace
 
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext, StatefulStrategy
+from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import Message
 from cachepilot.pilot import CachePilot, Config
 
-__all__ = ["CachePilotNoCanonical", "CachePilotNoReduce", "CachePilotStrategy"]
+__all__ = [
+    "CachePilotNoCanonical",
+    "CachePilotNoEvict",
+    "CachePilotNoReduce",
+    "CachePilotNoSchedule",
+    "CachePilotStrategy",
+]
 
 
 class CachePilotStrategy(StatefulStrategy):
@@ -122,3 +129,21 @@ class CachePilotNoReduce(CachePilotStrategy):
 
     def __init__(self) -> None:
         super().__init__(Config(reduce=False))
+
+
+class CachePilotNoEvict(CachePilotStrategy):
+    """Ablation: maintenance prunes old outputs but never evicts lifecycle-finished work."""
+
+    name = "cachepilot-no-evict"
+
+    def __init__(self) -> None:
+        super().__init__(Config(maintenance=MaintenanceConfig(evict=False)))
+
+
+class CachePilotNoSchedule(CachePilotStrategy):
+    """Ablation: maintenance on a fixed every-B-calls schedule instead of the cost model."""
+
+    name = "cachepilot-no-schedule"
+
+    def __init__(self) -> None:
+        super().__init__(Config(maintenance=MaintenanceConfig(schedule="fixed")))

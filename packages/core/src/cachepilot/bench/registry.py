@@ -27,6 +27,8 @@ _TARGETS: dict[str, str] = {
     "cachepilot": "cachepilot.bench.ours:CachePilotStrategy",
     "cachepilot-no-canonical": "cachepilot.bench.ours:CachePilotNoCanonical",
     "cachepilot-no-reduce": "cachepilot.bench.ours:CachePilotNoReduce",
+    "cachepilot-no-evict": "cachepilot.bench.ours:CachePilotNoEvict",
+    "cachepilot-no-schedule": "cachepilot.bench.ours:CachePilotNoSchedule",
 }
 
 PEER_STRATEGIES: tuple[str, ...] = (
@@ -37,7 +39,13 @@ PEER_STRATEGIES: tuple[str, ...] = (
     "lc-summarization",
     "agents-trimmer",
 )
-OUR_STRATEGIES: tuple[str, ...] = ("cachepilot", "cachepilot-no-canonical", "cachepilot-no-reduce")
+OUR_STRATEGIES: tuple[str, ...] = (
+    "cachepilot",
+    "cachepilot-no-canonical",
+    "cachepilot-no-reduce",
+    "cachepilot-no-evict",
+    "cachepilot-no-schedule",
+)
 ALL_STRATEGIES: tuple[str, ...] = ("vanilla", *PEER_STRATEGIES, *OUR_STRATEGIES)
 """Every strategy `cachepilot bench` runs when none is named, in report order."""
 
