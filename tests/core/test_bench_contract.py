@@ -169,3 +169,22 @@ def test_continuous_mode_keeps_pairing_at_the_seams(tmp_path: Path) -> None:
     assert pairing_issues(sessions[0].messages) == []
     seams = [m for m in sessions[0].messages if m.role == "tool" and "ended before" in m.text]
     assert len(seams) == 2  # the last run's pending call stays pending (allowed at the tail)
+
+
+def test_demo_command_prints_tables_and_writes_a_chart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chart = tmp_path / "demo.png"
+    out_json = tmp_path / "demo.json"
+    assert main(["demo", "--plot", str(chart), "--json", str(out_json)]) == 0
+    printed = capsys.readouterr().out
+    assert "input cost per call" in printed and " sum " in printed
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = json.loads(out_json.read_text())
+    ours, vanilla = doc["strategies"]["cachepilot"], doc["strategies"]["vanilla"]
+    # The demo's system prompt changes every call: vanilla never hits, cachepilot keeps the
+    # prefix stable and recalls nothing it cannot give back.
+    assert vanilla["hit_rate"] == 0.0 and vanilla["prefix_breaks"] == doc["calls"] - 1
+    assert ours["hit_rate"] > 0.8
+    assert ours["input_cost_usd"] < 0.2 * vanilla["input_cost_usd"]
+    assert ours["fidelity_recoverable"] == 1.0

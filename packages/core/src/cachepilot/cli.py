@@ -141,6 +141,15 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+PER_CALL_COLUMNS = (
+    "vanilla",
+    "lc-clear-tool-uses-scaled",
+    "lc-summarization",
+    "agents-trimmer",
+    "cachepilot",
+)
+
+
 def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from cachepilot.bench import ALL_STRATEGIES, BenchConfig, run_bench
     from cachepilot.bench.plot import write_plot
@@ -151,10 +160,12 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = BenchConfig(provider=args.provider, workers=1)
     results = run_bench([session], list(ALL_STRATEGIES), config)
     by_name = {r.strategy: r for r in results}
-    names = list(by_name)
+    # The per-call table shows the reference, the peers that changed anything, and cachepilot;
+    # every strategy (ablations included) is in the totals table below.
+    names = [n for n in PER_CALL_COLUMNS if n in by_name]
     out.write(f"built-in demo session: {session.id}, simulated provider {config.provider}\n\n")
-    head = f"{'call':>4} " + " ".join(f"{n[:14]:>14}" for n in names)
-    out.write("input cost per call, USD (cumulative at the end)\n" + head + "\n")
+    head = f"{'call':>4} " + " ".join(f"{n[:16]:>16}" for n in names)
+    out.write("input cost per call, USD\n" + head + "\n")
     per_call: dict[str, dict[int, float]] = {}
     for name, r in by_name.items():
         bucket: dict[int, float] = {}
@@ -163,8 +174,10 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         per_call[name] = bucket
     calls = max((len(b) for b in per_call.values()), default=0)
     for i in range(calls):
-        row = " ".join(f"{per_call[n].get(i, 0.0):>14.5f}" for n in names)
+        row = " ".join(f"{per_call[n].get(i, 0.0):>16.5f}" for n in names)
         out.write(f"{i:>4} {row}\n")
+    totals = " ".join(f"{sum(per_call[n].values()):>16.5f}" for n in names)
+    out.write(f"{'sum':>4} {totals}\n")
     doc = summarize(results, config, traces=1)
     out.write("\n" + format_table(doc) + "\n")
     if args.json_path:
