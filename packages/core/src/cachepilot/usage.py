@@ -158,16 +158,4 @@ class Usage:
     @classmethod
     def from_agents_sdk(cls, usage: Any) -> Usage:
         """Agents SDK `Usage` / `RequestUsage` (Responses-style token details)."""
-        prompt = _int(_get(usage, "input_tokens"))
-        details = _get(usage, "input_tokens_details")
-        cached = _int(_get(details, "cached_tokens")) if details is not None else 0
-        write = _int(_get(details, "cache_write_tokens")) if details is not None else 0
-        out_details = _get(usage, "output_tokens_details")
-        reasoning = _int(_get(out_details, "reasoning_tokens")) if out_details is not None else 0
-        return cls(
-            input_tokens=prompt,
-            cached_tokens=min(cached, prompt),
-            cache_write_tokens=min(write, max(0, prompt - cached)),
-            output_tokens=_int(_get(usage, "output_tokens")),
-            reasoning_tokens=reasoning,
-        )
+        return cls.from_openai_responses(usage)
