@@ -26,3 +26,15 @@ def test_public_api_and_type_markers() -> None:
     for name in ("cachepilot", "cachepilot_langgraph", "cachepilot_agents"):
         module = __import__(name)
         assert (Path(module.__file__).parent / "py.typed").is_file(), name
+
+
+def test_core_quickstart_example_runs() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "core_quickstart.py"
+    out = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, check=True, timeout=300
+    )
+    lines = out.stdout.splitlines()
+    plain = float(lines[0].split("$")[1].split(",")[0])
+    ours = float(lines[1].split("$")[1].split(",")[0])
+    assert ours < plain / 5
+    assert "[recall " in out.stdout  # the recall answer's header
