@@ -3,39 +3,74 @@
 The view a model sees is `apply_plan(transcript, plan)`. Epochs are only ever appended, so the
 view's already-sent part changes only when a new epoch is added (DESIGN §2.1). Edits address
 messages by their stable key (`messages.message_keys`), never by position.
+
+Edit kinds:
+
+* `stub` / `evict` replace one tool result's content with `text`.
+* `fold` replaces the whole transcript range `[key .. end_key]` (inclusive, by the positions of
+  those keys in the current transcript) with ONE user message whose content is `text` (see
+  `fold_message`). Folds compose deterministically, in plan order (epoch order, then edit
+  order): a fold whose range contains an earlier fold's whole range supersedes it (the
+  differential fold: its summary covers the earlier summary plus the newer messages); a fold
+  that overlaps an earlier one only partly is skipped with a warning; a fold whose keys are not
+  in the transcript, are reversed, or whose range is not closed under tool-call pairing (a call
+  answered outside the range, a result whose call is outside it) is skipped with a log line.
+  So the view keeps `pairing_issues(view) == []` whenever the transcript had it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from cachepilot.messages import Message, message_keys
 
-__all__ = ["Edit", "Epoch", "Plan", "apply_plan"]
+__all__ = [
+    "FOLD_ID_PREFIX",
+    "Edit",
+    "Epoch",
+    "Plan",
+    "PlanView",
+    "apply_plan",
+    "fold_message",
+    "render_plan",
+]
 
 logger = logging.getLogger(__name__)
 
 
-class Edit(BaseModel):
-    """One edit of one message."""
+FOLD_ID_PREFIX = "cachepilot-fold-"
+"""Prefix of the `id` of every fold summary message (the rest is a content digest)."""
 
-    kind: Literal["stub", "evict"]
+
+class Edit(BaseModel):
+    """One edit of one message (or, for a fold, of one range of messages)."""
+
+    kind: Literal["stub", "evict", "fold"]
     """`stub`: a pruned tool result; `evict`: a tool result of an evicted (superseded or
-    finished) work unit. Both replace the result's content with `text`; the original is
-    archived first."""
+    finished) work unit. Both replace the result's content with `text`. `fold`: the range
+    `key .. end_key` is replaced by one summary message with content `text`. The originals are
+    always archived first."""
     key: str
-    """Stable key of the message the edit applies to."""
+    """Stable key of the message the edit applies to (a fold: the first folded message)."""
     text: str
     """Replacement content."""
     ref: str | None = None
     """Artifact ref of the archived original."""
+    end_key: str | None = None
+    """Fold only: stable key of the last folded message (None: the range is `key` alone)."""
+
+    @property
+    def last_key(self) -> str:
+        """The key of the last message the edit covers (`end_key` for a fold, else `key`)."""
+        return self.end_key if self.end_key is not None else self.key
 
 
 class Epoch(BaseModel):
@@ -59,8 +94,18 @@ class Plan(BaseModel):
         return not any(e.edits for e in self.epochs)
 
     def edited_keys(self) -> set[str]:
-        """Keys of every message some epoch edited."""
-        return {edit.key for epoch in self.epochs for edit in epoch.edits}
+        """Keys of every message some epoch edited (a fold: its first and last keys)."""
+        out: set[str] = set()
+        for epoch in self.epochs:
+            for edit in epoch.edits:
+                out.add(edit.key)
+                if edit.end_key is not None:
+                    out.add(edit.end_key)
+        return out
+
+    def folds(self) -> list[Edit]:
+        """Every fold edit, in plan order."""
+        return [edit for epoch in self.epochs for edit in epoch.edits if edit.kind == "fold"]
 
 
 _EDIT_MEMO: OrderedDict[tuple[int, str, str], tuple[Message, Message]] = OrderedDict()
@@ -83,14 +128,188 @@ def _edited(message: Message, edit: Edit) -> Message:
     return edited
 
 
+_FOLD_MEMO: OrderedDict[tuple[str, str, str, str | None], Message] = OrderedDict()
+_FOLD_MEMO_MAX = 10_000
+
+
+def fold_message(edit: Edit) -> Message:
+    """The summary message that stands for a fold's range: the same object on every call.
+
+    A user message with content `edit.text` and a deterministic id (`FOLD_ID_PREFIX` plus a
+    digest of the range's keys and the text), so frameworks that need ids can persist it.
+    """
+    memo_key = (edit.key, edit.last_key, edit.text, edit.ref)
+    with _EDIT_LOCK:
+        hit = _FOLD_MEMO.get(memo_key)
+        if hit is not None:
+            _FOLD_MEMO.move_to_end(memo_key)
+            return hit
+    blob = "\x00".join((edit.key, edit.last_key, edit.text)).encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(blob).hexdigest()[:16]
+    message = Message(role="user", content=edit.text, id=f"{FOLD_ID_PREFIX}{digest}")
+    with _EDIT_LOCK:
+        message = _FOLD_MEMO.setdefault(memo_key, message)
+        if len(_FOLD_MEMO) > _FOLD_MEMO_MAX:
+            _FOLD_MEMO.popitem(last=False)
+    return message
+
+
+@dataclass(frozen=True, slots=True)
+class PlanView:
+    """A rendered view plus, for each view message, where it came from.
+
+    Attributes:
+        messages: the view (what `apply_plan` returns).
+        keys: one key per view message: the transcript key of a kept or edited message;
+            `id:<summary id>` for a fold summary (what `message_keys` gives it, unique per
+            range and text, so per-key memos never mix two summaries).
+        spans: per view message, the transcript keys of the first and last message it stands
+            for (equal for every message but a fold summary).
+        folds: per view message, the fold edit it renders, or None.
+    """
+
+    messages: list[Message]
+    keys: list[str]
+    spans: list[tuple[str, str]]
+    folds: list[Edit | None]
+
+
+@dataclass(slots=True)
+class _Range:
+    start: int
+    end: int
+    edit: Edit
+
+
+def _closed(messages: Sequence[Message], start: int, end: int, answer_at: dict[str, int]) -> bool:
+    """True when no tool call or result of `messages[start..end]` pairs with one outside it."""
+    calls: set[str] = set()
+    for message in messages[start : end + 1]:
+        if message.role == "tool" and message.tool_call_id not in calls:
+            return False
+        for call in message.tool_calls:
+            calls.add(call.id)
+            at = answer_at.get(call.id)
+            if at is not None and not start <= at <= end:
+                return False
+    return True
+
+
+def _resolve_folds(
+    messages: Sequence[Message], keys: Sequence[str], folds: Sequence[Edit]
+) -> list[_Range]:
+    position: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        position.setdefault(key, index)
+    answer_at: dict[str, int] = {}
+    for index, message in enumerate(messages):
+        if message.role == "tool" and message.tool_call_id is not None:
+            answer_at.setdefault(message.tool_call_id, index)
+    accepted: list[_Range] = []
+    for edit in folds:
+        start, end = position.get(edit.key), position.get(edit.last_key)
+        if start is None and end is None:
+            logger.debug(
+                "fold %s..%s: range not in the transcript; skipped", edit.key, edit.last_key
+            )
+            continue
+        if start is None or end is None or end < start:
+            logger.warning(
+                "fold %s..%s: range does not resolve in the transcript; skipped",
+                edit.key,
+                edit.last_key,
+            )
+            continue
+        if not _closed(messages, start, end, answer_at):
+            logger.warning(
+                "fold %s..%s would split a tool call from its result; skipped",
+                edit.key,
+                edit.last_key,
+            )
+            continue
+        inside = [r for r in accepted if start <= r.start and r.end <= end]
+        partial = [r for r in accepted if r not in inside and not (r.end < start or r.start > end)]
+        if partial:
+            logger.warning(
+                "fold %s..%s overlaps the earlier fold %s..%s only partly; skipped",
+                edit.key,
+                edit.last_key,
+                partial[0].edit.key,
+                partial[0].edit.last_key,
+            )
+            continue
+        accepted = [r for r in accepted if r not in inside]
+        accepted.append(_Range(start, end, edit))
+    accepted.sort(key=lambda r: r.start)
+    return accepted
+
+
+def render_plan(
+    messages: Sequence[Message], plan: Plan, keys: Sequence[str] | None = None
+) -> PlanView:
+    """Render the view with its provenance (see `PlanView`); `apply_plan` is its `.messages`.
+
+    Args:
+        messages: the transcript.
+        plan: the thread's plan.
+        keys: the messages' stable keys, when the caller already has them.
+    """
+    keys = message_keys(messages) if keys is None else list(keys)
+    if len(keys) != len(messages):
+        raise ValueError(f"keys ({len(keys)}) must align with messages ({len(messages)})")
+    if plan.empty:
+        return PlanView(list(messages), list(keys), [(k, k) for k in keys], [None] * len(keys))
+    edits: dict[str, Edit] = {}
+    folds: list[Edit] = []
+    for epoch in plan.epochs:
+        for planned in epoch.edits:
+            if planned.kind == "fold":
+                folds.append(planned)
+            else:
+                edits[planned.key] = planned
+    ranges = _resolve_folds(messages, keys, folds) if folds else []
+    out = PlanView([], [], [], [])
+    next_range = 0
+    index = 0
+    while index < len(messages):
+        if next_range < len(ranges) and ranges[next_range].start == index:
+            fold = ranges[next_range]
+            next_range += 1
+            summary = fold_message(fold.edit)
+            out.messages.append(summary)
+            out.keys.append(f"id:{summary.id}")
+            out.spans.append((fold.edit.key, fold.edit.last_key))
+            out.folds.append(fold.edit)
+            index = fold.end + 1
+            continue
+        key, message = keys[index], messages[index]
+        found = edits.get(key)
+        if found is None:
+            out.messages.append(message)
+        elif message.role == "tool":
+            out.messages.append(_edited(message, found))
+        else:
+            logger.warning(
+                "plan edit %s does not fit message %s (%s)", found.kind, key, message.role
+            )
+            out.messages.append(message)
+        out.keys.append(key)
+        out.spans.append((key, key))
+        out.folds.append(None)
+        index += 1
+    return out
+
+
 def apply_plan(
     messages: Sequence[Message], plan: Plan, keys: Sequence[str] | None = None
 ) -> list[Message]:
     """Render the view: the transcript with every planned edit applied, in epoch order.
 
-    Unedited messages are returned as the same objects. Edits whose message is not in the
-    transcript (yet, or any more) are ignored; an edit that does not fit its message (a stub
-    on a non-tool message) is skipped with a log line, never applied half-way.
+    Unedited messages are returned as the same objects, and so are edited ones and fold
+    summaries across calls. Edits whose message is not in the transcript (yet, or any more)
+    are ignored; an edit that does not fit its message (a stub on a non-tool message, a fold
+    that would split a tool call from its result) is skipped with a log line, never applied
+    half-way. Fold semantics: see the module docstring.
 
     Args:
         messages: the transcript.
@@ -99,21 +318,4 @@ def apply_plan(
     """
     if plan.empty:
         return list(messages)
-    edits: dict[str, Edit] = {}
-    for epoch in plan.epochs:
-        for planned in epoch.edits:
-            edits[planned.key] = planned
-    out: list[Message] = []
-    keys = message_keys(messages) if keys is None else keys
-    for key, message in zip(keys, messages, strict=True):
-        found = edits.get(key)
-        if found is None:
-            out.append(message)
-        elif found.kind in ("stub", "evict") and message.role == "tool":
-            out.append(_edited(message, found))
-        else:
-            logger.warning(
-                "plan edit %s does not fit message %s (%s)", found.kind, key, message.role
-            )
-            out.append(message)
-    return out
+    return render_plan(messages, plan, keys).messages
