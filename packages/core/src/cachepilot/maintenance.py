@@ -66,7 +66,12 @@ class MaintenanceConfig(BaseModel):
     min_result_tokens: int = 200
     """Results smaller than this are not worth a stub."""
     fold_trigger: float = 0.8
-    """Share of the usable input window past which maintenance is forced."""
+    """Share of the usable input window past which maintenance is forced (and, if pruning
+    and eviction do not bring the context below it, the history is folded)."""
+    fold: bool = True
+    """Fold (summarize) as the last resort past the fold trigger."""
+    fold_protect_tokens: int = 20_000
+    """Tokens at the end of the history a fold never summarizes."""
     context_window: int | None = None
     """Usable input window in tokens; None takes the provider profile's."""
     horizon: float = 0.5

@@ -31,6 +31,7 @@ from cachepilot.canonical import (
     tool_fingerprint,
 )
 from cachepilot.canonical import tool_name as schema_name
+from cachepilot.fold import Summarizer, emergency_fold, plan_fold
 from cachepilot.lifecycle import Estimator, LifecycleRegistry, RuleEstimator
 from cachepilot.maintenance import (
     Candidate,
@@ -42,7 +43,7 @@ from cachepilot.maintenance import (
     stub_text,
 )
 from cachepilot.messages import KeyTracker, Message, pairing_issues
-from cachepilot.plan import Edit, Epoch, Plan, apply_plan
+from cachepilot.plan import Edit, Epoch, Plan, apply_plan, render_plan
 from cachepilot.recall import RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA, recall
 from cachepilot.reduce import (
     IngestMemory,
@@ -159,6 +160,8 @@ class CachePilot:
             `~/.cache/cachepilot`), opened on first use, so originals survive restarts.
         estimator: lifecycle estimator; the rule estimator when omitted (an `LLMEstimator`
             asks a chat model which work is finished).
+        summarizer: what writes fold summaries; the zero-LLM resume block when omitted
+            (`fold.ChatModelSummarizer` wraps any LangChain chat model or OpenAI client).
     """
 
     def __init__(
@@ -167,6 +170,7 @@ class CachePilot:
         *,
         store: ArtifactStore | None = None,
         estimator: Estimator | None = None,
+        summarizer: Summarizer | None = None,
     ) -> None:
         self.config = config or Config()
         self._store = store
@@ -180,6 +184,7 @@ class CachePilot:
         self._trackers: dict[str, KeyTracker] = {}
         self._tool_tokens: dict[str, int] = {}
         self._estimator: Estimator = estimator or RuleEstimator()
+        self._summarizer = summarizer
         # The recall tool's schema with sorted keys, one object per pilot (sent every call).
         self._recall_tool: dict[str, Any] = canonicalize_tool(RECALL_TOOL_SCHEMA)
 
@@ -403,7 +408,7 @@ class CachePilot:
                 thread=thread,
                 state=state,
                 messages=messages,
-                view=view,
+                canon_messages=canon_messages,
                 keys=keys,
                 system=system,
                 tools=out_tools,
@@ -431,7 +436,7 @@ class CachePilot:
         thread: str,
         state: PilotState,
         messages: Sequence[Message],
-        view: Sequence[Message],
+        canon_messages: Sequence[Message],
         keys: Sequence[str],
         system: str | None,
         tools: Sequence[Mapping[str, Any]],
@@ -439,27 +444,30 @@ class CachePilot:
     ) -> bool:
         """Ask the scheduler whether this call is a maintenance point; append the epoch if so.
 
-        Returns True when an epoch was appended. Never raises: a failure skips maintenance.
+        Prune and evict come first; the fold runs only when the context is still above the
+        fold trigger after them. Returns True when an epoch was appended. Never raises: a
+        failure skips maintenance for this call.
         """
         cfg = self.config.maintenance
-        if not cfg.enabled or not view:
+        if not cfg.enabled or not messages:
             return False
         try:
             counter = get_counter(self.config.encoding)
             profile = get_profile(self.config.provider)
+            rendered = render_plan(canon_messages, state.plan, keys)
+            view, view_keys = rendered.messages, rendered.keys
             evictable = self._evictable(state, messages, keys) if cfg.evict else {}
             candidates = prune_candidates(
-                view, keys, counter, cfg, already=state.plan.edited_keys(), evictable=evictable
+                view,
+                view_keys,
+                counter,
+                cfg,
+                already=state.plan.edited_keys(),
+                evictable=evictable,
             )
-            if not candidates:
-                return False
-            fingerprint = tool_fingerprint(tools)
-            tool_tokens = self._tool_tokens.get(fingerprint)
-            if tool_tokens is None:
-                tool_tokens = sum(counter.count(canonical_json(t)) for t in tools)
-                self._tool_tokens[fingerprint] = tool_tokens
-            context = counter.count_messages(view) + counter.count(system or "") + tool_tokens
-
+            context = counter.count_messages(view) + counter.count(system or "")
+            context += self._tools_tokens(tools, counter)
+            window = cfg.context_window or profile.context_window
             decision, chosen = decide(
                 call=state.calls,
                 messages=view,
@@ -470,30 +478,129 @@ class CachePilot:
                 ttl_seconds=profile.ttl_seconds,
                 idle_seconds=idle,
                 context_tokens=context,
-                context_window=cfg.context_window or profile.context_window,
+                context_window=window,
                 stub_tokens=_stub_tokens,
             )
+            edits: list[Edit] = []
             if decision.apply and chosen:
                 edits = self._stub_edits(thread, view, chosen, counter)
+            remaining = context - (decision.removed_tokens if edits else 0)
+            if cfg.fold and remaining >= cfg.fold_trigger * window:
+                edits += self._fold_edits(
+                    thread=thread,
+                    state=state,
+                    canon_messages=canon_messages,
+                    keys=keys,
+                    pending=edits,
+                    system=system,
+                    counter=counter,
+                )
+                if edits and not decision.apply:
+                    decision = decision.model_copy(update={"apply": True, "reason": "fold-trigger"})
+            if edits:
                 state.plan.epochs.append(
                     Epoch(index=len(state.plan.epochs), reason=decision.reason, edits=edits)
                 )
             if decision.apply or decision.candidates:
                 state.decisions.append(decision)
                 del state.decisions[:-_MAX_DECISIONS]
-            if decision.apply:
+            if edits:
                 logger.info(
-                    "thread %s: maintenance at call %d (%s): %d edits remove %d tokens",
+                    "thread %s: maintenance at call %d (%s): %d edits",
                     thread,
                     decision.call,
                     decision.reason,
-                    len(chosen),
-                    decision.removed_tokens,
+                    len(edits),
                 )
-            return decision.apply and bool(chosen)
+            return bool(edits)
         except Exception:
             logger.warning("thread %s: maintenance skipped after an error", thread, exc_info=True)
             return False
+
+    def _tools_tokens(self, tools: Sequence[Mapping[str, Any]], counter: TokenCounter) -> int:
+        fingerprint = tool_fingerprint(tools)
+        known = self._tool_tokens.get(fingerprint)
+        if known is None:
+            known = sum(counter.count(canonical_json(t)) for t in tools)
+            self._tool_tokens[fingerprint] = known
+        return known
+
+    def _fold_edits(
+        self,
+        *,
+        thread: str,
+        state: PilotState,
+        canon_messages: Sequence[Message],
+        keys: Sequence[str],
+        pending: Sequence[Edit],
+        system: str | None,
+        counter: TokenCounter,
+        emergency: bool = False,
+    ) -> list[Edit]:
+        """A fold of everything before the protected tail, as seen after `pending` edits."""
+        trial = state.plan.model_copy(deep=True)
+        if pending:
+            trial.epochs.append(
+                Epoch(index=len(trial.epochs), reason="pending", edits=list(pending))
+            )
+        args: dict[str, Any] = {
+            "plan": trial,
+            "store": self.store,
+            "thread": thread,
+            "summarizer": self._summarizer,
+            "counter": counter,
+            "epoch_index": len(state.plan.epochs),
+            "system": system,
+        }
+        if emergency:
+            edit = emergency_fold(canon_messages, keys, **args)
+        else:
+            edit = plan_fold(
+                canon_messages,
+                keys,
+                protect_tail_tokens=self.config.maintenance.fold_protect_tokens,
+                **args,
+            )
+        return [edit] if edit is not None else []
+
+    def emergency_fold(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        thread: str = "default",
+    ) -> bool:
+        """Fold hard after a provider context-length error; call `prepare` again afterwards.
+
+        Returns True when a fold was added to the plan (False when nothing could be folded).
+        """
+        _check_thread(thread)
+        state = self.state(thread)
+        with self._lock:
+            if self.config.canonicalize:
+                system, canon_messages, _ = self._canonicalizer.apply(
+                    system, messages, (), state.canonical
+                )
+            else:
+                canon_messages = list(messages)
+            keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
+            counter = get_counter(self.config.encoding)
+            edits = self._fold_edits(
+                thread=thread,
+                state=state,
+                canon_messages=canon_messages,
+                keys=keys,
+                pending=[],
+                system=system,
+                counter=counter,
+                emergency=True,
+            )
+            if not edits:
+                return False
+            state.plan.epochs.append(
+                Epoch(index=len(state.plan.epochs), reason="context-length-error", edits=edits)
+            )
+            logger.warning("thread %s: emergency fold after a context-length error", thread)
+            return True
 
     def _evictable(
         self, state: PilotState, messages: Sequence[Message], keys: Sequence[str]

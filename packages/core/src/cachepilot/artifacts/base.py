@@ -9,7 +9,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Protocol, Self, TypeVar, runtime_checkable
 
 from cachepilot.refs import REF_LENGTH, content_digest, is_ref, validate_ref
@@ -115,18 +115,16 @@ class Artifact(ArtifactInfo):
 
     def info(self) -> ArtifactInfo:
         """The metadata without the bytes."""
-        return ArtifactInfo(
-            ref=self.ref,
-            thread=self.thread,
-            is_text=self.is_text,
-            media_type=self.media_type,
-            meta=dict(self.meta),
-            created_at=self.created_at,
-            last_access=self.last_access,
-            access_count=self.access_count,
-            size=self.size,
-            sha256=self.sha256,
-        )
+        return ArtifactInfo(**{**_info_fields(self), "meta": dict(self.meta)})
+
+
+def _info_fields(info: ArtifactInfo) -> dict[str, Any]:
+    return {field.name: getattr(info, field.name) for field in fields(ArtifactInfo)}
+
+
+def artifact_from(info: ArtifactInfo, data: bytes) -> Artifact:
+    """The artifact made of `info` and its bytes."""
+    return Artifact(**_info_fields(info), data=data)
 
 
 @runtime_checkable
@@ -378,17 +376,58 @@ def now_from(clock: Clock, now: float | None) -> float:
     return float(clock() if now is None else now)
 
 
-class BaseArtifactStore(abc.ABC):
-    """Base class for stores: subclasses implement the sync methods, the async twins follow.
+def check_same_content(enc: Encoded, sha256: str) -> None:
+    """Check that an artifact already stored under `enc.ref` holds the same bytes.
 
-    Stores whose sync methods block on I/O set `offload_async = True` so the twins run them in a
-    worker thread (`asyncio.to_thread`); in-memory stores call them directly. Stores are context
-    managers (`close` on exit).
+    Raises:
+        RuntimeError: when its digest differs (two payloads share a ref in one thread).
+    """
+    if sha256 != enc.sha256:
+        raise RuntimeError(f"artifact ref collision in one thread: {enc.ref}")
+
+
+class BaseArtifactStore(abc.ABC):
+    """Base class for stores: argument checks, bookkeeping and the async twins live here.
+
+    Subclasses call `_init_store` from their constructor and implement the storage hooks
+    (`_insert`, `_fetch`, `_count_access`, `_list_thread`, `_delete_one`, `_delete_all`) and
+    `prune`; the hooks get a checked thread id and a canonical ref. Stores whose methods block
+    on I/O set `offload_async = True` so the twins run them in a worker thread
+    (`asyncio.to_thread`); in-memory stores call them directly. Stores are context managers
+    (`close` on exit).
     """
 
     offload_async: ClassVar[bool] = False
+    _logger: ClassVar[logging.Logger] = logger
+    """Where `put` logs (each store names its own module's logger)."""
 
-    @abc.abstractmethod
+    limits: StoreLimits
+    _clock: Clock
+    _next_auto_prune: float
+
+    def _init_store(
+        self,
+        retention_seconds: float | None,
+        max_bytes_per_thread: int | None,
+        max_total_bytes: int | None,
+        clock: Clock,
+    ) -> None:
+        """Validate and set the limits and the clock; no automatic retention run is due yet.
+
+        Raises:
+            ValueError: for a non-positive retention or cap, or a non-callable clock.
+        """
+        self.limits = StoreLimits(retention_seconds, max_bytes_per_thread, max_total_bytes)
+        self._clock = check_clock(clock)
+        self._next_auto_prune = 0.0
+
+    def _auto_prune_due(self, now: float) -> bool:
+        """True (and the next run scheduled) when `put` should apply retention at `now`."""
+        if not now >= self._next_auto_prune:  # (a NaN clock never prunes)
+            return False
+        self._next_auto_prune = now + AUTO_PRUNE_INTERVAL_SECONDS
+        return True
+
     def put(
         self,
         thread: str,
@@ -397,31 +436,87 @@ class BaseArtifactStore(abc.ABC):
         meta: Mapping[str, Any] | None = None,
         media_type: str | None = None,
     ) -> str:
-        """Archive `payload` in `thread` and return its ref (idempotent by content)."""
+        """Archive `payload` in `thread` and return its ref.
 
-    @abc.abstractmethod
+        Idempotent by content within a thread: the same payload gives the same ref, keeps the
+        first put's metadata and refreshes `last_access`. May evict least-recently-accessed
+        artifacts to respect the caps (never the one just put).
+
+        Raises:
+            ValueError: for an empty thread id, a non-str/bytes payload or non-mapping meta.
+        """
+        check_thread(thread)
+        enc = encode_payload(payload, meta, media_type)
+        evicted = self._insert(thread, enc, now_from(self._clock, None))
+        if evicted is not None:
+            self._logger.debug(
+                "archived artifact %s (%d bytes), evicted %d", enc.ref, len(enc.data), evicted
+            )
+        return enc.ref
+
     def get(self, thread: str, ref: str) -> Artifact | None:
-        """The artifact, or None for an unknown, malformed or foreign ref."""
+        """The artifact, or None for an unknown, malformed or foreign ref (read-only)."""
+        key = self._key(thread, ref)
+        return None if key is None else self._fetch(thread, key)
 
-    @abc.abstractmethod
     def record_access(self, thread: str, ref: str) -> bool:
         """Count one access (a recall) and refresh `last_access`; True when it exists."""
+        key = self._key(thread, ref)
+        if key is None:
+            return False
+        return self._count_access(thread, key, now_from(self._clock, None))
 
-    @abc.abstractmethod
     def list(self, thread: str) -> builtins.list[ArtifactInfo]:
         """Metadata of the thread's artifacts, oldest first."""
+        return self._list_thread(check_thread(thread))
 
-    @abc.abstractmethod
     def delete(self, thread: str, ref: str) -> bool:
         """Remove one artifact; True when it existed."""
+        key = self._key(thread, ref)
+        return False if key is None else self._delete_one(thread, key)
 
-    @abc.abstractmethod
     def delete_thread(self, thread: str) -> int:
         """Remove all artifacts of a thread; returns how many."""
+        return self._delete_all(check_thread(thread))
 
     @abc.abstractmethod
     def prune(self, now: float | None = None) -> int:
         """Apply retention and size caps; returns how many artifacts were removed."""
+
+    @staticmethod
+    def _key(thread: str, ref: str) -> str | None:
+        check_thread(thread)
+        return normalize_ref(ref)
+
+    # -- storage hooks -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _insert(self, thread: str, enc: Encoded, now: float) -> int | None:
+        """Store `enc` at `now`; when the thread holds it already, refresh its `last_access`.
+
+        Returns how many artifacts were evicted to respect the caps, or None when the artifact
+        was there already (see `check_same_content`).
+        """
+
+    @abc.abstractmethod
+    def _fetch(self, thread: str, ref: str) -> Artifact | None:
+        """The artifact, or None when the thread has no such ref."""
+
+    @abc.abstractmethod
+    def _count_access(self, thread: str, ref: str, now: float) -> bool:
+        """Count one access at `now`; True when the artifact exists."""
+
+    @abc.abstractmethod
+    def _list_thread(self, thread: str) -> builtins.list[ArtifactInfo]:
+        """Metadata of the thread's artifacts, oldest first."""
+
+    @abc.abstractmethod
+    def _delete_one(self, thread: str, ref: str) -> bool:
+        """Remove one artifact; True when it existed."""
+
+    @abc.abstractmethod
+    def _delete_all(self, thread: str) -> int:
+        """Remove all artifacts of a thread; returns how many."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (nothing by default)."""

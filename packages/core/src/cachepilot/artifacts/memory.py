@@ -7,12 +7,11 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 from cachepilot.artifacts.base import (
-    AUTO_PRUNE_INTERVAL_SECONDS,
     DEFAULT_MAX_BYTES_PER_THREAD,
     DEFAULT_MAX_TOTAL_BYTES,
     DEFAULT_RETENTION_SECONDS,
@@ -20,12 +19,10 @@ from cachepilot.artifacts.base import (
     ArtifactInfo,
     BaseArtifactStore,
     Clock,
-    StoreLimits,
-    check_clock,
-    check_thread,
-    encode_payload,
+    Encoded,
+    artifact_from,
+    check_same_content,
     load_meta,
-    normalize_ref,
     now_from,
 )
 
@@ -65,19 +62,7 @@ class _Entry:
         )
 
     def artifact(self, thread: str) -> Artifact:
-        return Artifact(
-            ref=self.ref,
-            thread=thread,
-            is_text=self.is_text,
-            media_type=self.media_type,
-            meta=load_meta(self.meta_json),
-            created_at=self.created_at,
-            last_access=self.last_access,
-            access_count=self.access_count,
-            size=len(self.data),
-            sha256=self.sha256,
-            data=self.data,
-        )
+        return artifact_from(self.info(thread), self.data)
 
 
 class InMemoryArtifactStore(BaseArtifactStore):
@@ -93,6 +78,8 @@ class InMemoryArtifactStore(BaseArtifactStore):
         ValueError: for a non-positive retention or cap, or a non-callable clock.
     """
 
+    _logger: ClassVar[logging.Logger] = logger
+
     def __init__(
         self,
         *,
@@ -101,14 +88,12 @@ class InMemoryArtifactStore(BaseArtifactStore):
         max_total_bytes: int | None = DEFAULT_MAX_TOTAL_BYTES,
         clock: Clock = time.time,
     ) -> None:
-        self.limits = StoreLimits(retention_seconds, max_bytes_per_thread, max_total_bytes)
-        self._clock = check_clock(clock)
+        self._init_store(retention_seconds, max_bytes_per_thread, max_total_bytes, clock)
         self._lock = threading.RLock()
         self._threads: dict[str, dict[str, _Entry]] = {}
         self._thread_bytes: dict[str, int] = {}
         self._total_bytes = 0
         self._seq = itertools.count()
-        self._next_auto_prune = 0.0
 
     def __repr__(self) -> str:
         return f"InMemoryArtifactStore(limits={self.limits!r})"
@@ -119,37 +104,16 @@ class InMemoryArtifactStore(BaseArtifactStore):
         with self._lock:
             return self._total_bytes
 
-    def put(
-        self,
-        thread: str,
-        payload: str | bytes,
-        *,
-        meta: Mapping[str, Any] | None = None,
-        media_type: str | None = None,
-    ) -> str:
-        """Archive `payload` in `thread` and return its ref.
-
-        Idempotent by content within a thread: the same payload gives the same ref, keeps the
-        first put's metadata and refreshes `last_access`. May evict least-recently-accessed
-        artifacts to respect the caps (never the one just put).
-
-        Raises:
-            ValueError: for an empty thread id, a non-str/bytes payload or non-mapping meta.
-        """
-        check_thread(thread)
-        enc = encode_payload(payload, meta, media_type)
-        now = now_from(self._clock, None)
+    def _insert(self, thread: str, enc: Encoded, now: float) -> int | None:
         with self._lock:
-            if now >= self._next_auto_prune:
-                self._next_auto_prune = now + AUTO_PRUNE_INTERVAL_SECONDS
+            if self._auto_prune_due(now):
                 self._prune_locked(now, keep=())
             entries = self._threads.setdefault(thread, {})
             entry = entries.get(enc.ref)
             if entry is not None:
-                if entry.sha256 != enc.sha256:
-                    raise RuntimeError(f"artifact ref collision in one thread: {enc.ref}")
+                check_same_content(enc, entry.sha256)
                 entry.last_access = max(entry.last_access, now)
-                return enc.ref
+                return None
             entries[enc.ref] = _Entry(
                 ref=enc.ref,
                 sha256=enc.sha256,
@@ -164,56 +128,34 @@ class InMemoryArtifactStore(BaseArtifactStore):
             )
             self._thread_bytes[thread] = self._thread_bytes.get(thread, 0) + len(enc.data)
             self._total_bytes += len(enc.data)
-            evicted = self._enforce_caps_locked(keep=((thread, enc.ref),))
-        logger.debug("archived artifact %s (%d bytes), evicted %d", enc.ref, len(enc.data), evicted)
-        return enc.ref
+            return self._enforce_caps_locked(keep=((thread, enc.ref),))
 
-    def get(self, thread: str, ref: str) -> Artifact | None:
-        """The artifact, or None for an unknown, malformed or foreign ref (read-only)."""
-        check_thread(thread)
-        key = normalize_ref(ref)
-        if key is None:
-            return None
+    def _fetch(self, thread: str, ref: str) -> Artifact | None:
         with self._lock:
-            entry = self._threads.get(thread, {}).get(key)
+            entry = self._threads.get(thread, {}).get(ref)
             return None if entry is None else entry.artifact(thread)
 
-    def record_access(self, thread: str, ref: str) -> bool:
-        """Count one access and refresh `last_access`; True when the artifact exists."""
-        check_thread(thread)
-        key = normalize_ref(ref)
-        if key is None:
-            return False
-        now = now_from(self._clock, None)
+    def _count_access(self, thread: str, ref: str, now: float) -> bool:
         with self._lock:
-            entry = self._threads.get(thread, {}).get(key)
+            entry = self._threads.get(thread, {}).get(ref)
             if entry is None:
                 return False
             entry.access_count += 1
             entry.last_access = max(entry.last_access, now)
             return True
 
-    def list(self, thread: str) -> builtins.list[ArtifactInfo]:
-        """Metadata of the thread's artifacts, oldest first."""
-        check_thread(thread)
+    def _list_thread(self, thread: str) -> builtins.list[ArtifactInfo]:
         with self._lock:
             entries = sorted(
                 self._threads.get(thread, {}).values(), key=lambda e: (e.created_at, e.seq)
             )
             return [entry.info(thread) for entry in entries]
 
-    def delete(self, thread: str, ref: str) -> bool:
-        """Remove one artifact; True when it existed."""
-        check_thread(thread)
-        key = normalize_ref(ref)
-        if key is None:
-            return False
+    def _delete_one(self, thread: str, ref: str) -> bool:
         with self._lock:
-            return self._remove_locked(thread, key)
+            return self._remove_locked(thread, ref)
 
-    def delete_thread(self, thread: str) -> int:
-        """Remove all artifacts of a thread; returns how many."""
-        check_thread(thread)
+    def _delete_all(self, thread: str) -> int:
         with self._lock:
             entries = self._threads.pop(thread, {})
             self._total_bytes -= self._thread_bytes.pop(thread, 0)

@@ -10,7 +10,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,12 +23,10 @@ from cachepilot.artifacts.base import (
     ArtifactInfo,
     BaseArtifactStore,
     Clock,
-    StoreLimits,
-    check_clock,
-    check_thread,
-    encode_payload,
+    Encoded,
+    artifact_from,
+    check_same_content,
     load_meta,
-    normalize_ref,
     now_from,
 )
 
@@ -148,6 +146,7 @@ class SQLiteArtifactStore(BaseArtifactStore):
     """
 
     offload_async: ClassVar[bool] = True
+    _logger: ClassVar[logging.Logger] = logger
 
     def __init__(
         self,
@@ -160,8 +159,7 @@ class SQLiteArtifactStore(BaseArtifactStore):
         busy_timeout: float = 30.0,
         auto_prune: bool = True,
     ) -> None:
-        self.limits = StoreLimits(retention_seconds, max_bytes_per_thread, max_total_bytes)
-        self._clock = check_clock(clock)
+        self._init_store(retention_seconds, max_bytes_per_thread, max_total_bytes, clock)
         if (
             isinstance(busy_timeout, bool)
             or not isinstance(busy_timeout, int | float)
@@ -181,7 +179,6 @@ class SQLiteArtifactStore(BaseArtifactStore):
             self.path = Path(raw).expanduser()
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._auto_prune = bool(auto_prune)
-        self._next_auto_prune = 0.0
         self._pool: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
         self._pid = os.getpid()
@@ -195,45 +192,29 @@ class SQLiteArtifactStore(BaseArtifactStore):
     def __repr__(self) -> str:
         return f"SQLiteArtifactStore({str(self.path)!r}, limits={self.limits!r})"
 
-    # -- public API ----------------------------------------------------------------------
+    # -- public API (`put`, `get`, ... come from the base class over these hooks) ----------
 
-    def put(
-        self,
-        thread: str,
-        payload: str | bytes,
-        *,
-        meta: Mapping[str, Any] | None = None,
-        media_type: str | None = None,
-    ) -> str:
-        """Archive `payload` in `thread` and return its ref.
+    def _insert(self, thread: str, enc: Encoded, now: float) -> int | None:
+        """Insert one row, or refresh `last_access` of the row already there.
 
-        Idempotent by content within a thread (also across processes): the same payload gives
-        the same ref and one row, keeps the first put's metadata and refreshes `last_access`.
-        May evict least-recently-accessed artifacts to respect the caps (never the one just put).
-
-        Raises:
-            ValueError: for an empty thread id, a non-str/bytes payload or non-mapping meta.
+        Idempotent across processes: the existence check and the insert share one write
+        transaction.
         """
-        check_thread(thread)
-        enc = encode_payload(payload, meta, media_type)
-        now = now_from(self._clock, None)
         evicted = 0
         with self._transaction() as conn:
-            if self._auto_prune and now >= self._next_auto_prune:
-                self._next_auto_prune = now + AUTO_PRUNE_INTERVAL_SECONDS
+            if self._auto_prune and self._auto_prune_due(now):
                 evicted += self._delete_expired(conn, now)
             row = conn.execute(
                 "SELECT sha256 FROM artifacts WHERE thread = ? AND ref = ?", (thread, enc.ref)
             ).fetchone()
             if row is not None:
-                if row[0] != enc.sha256:
-                    raise RuntimeError(f"artifact ref collision in one thread: {enc.ref}")
+                check_same_content(enc, row[0])
                 conn.execute(
                     "UPDATE artifacts SET last_access = MAX(last_access, ?) "
                     "WHERE thread = ? AND ref = ?",
                     (now, thread, enc.ref),
                 )
-                return enc.ref
+                return None
             cursor = conn.execute(
                 "INSERT INTO artifacts (thread, ref, sha256, is_text, media_type, meta, size, "
                 "created_at, last_access, access_count, data) "
@@ -253,55 +234,26 @@ class SQLiteArtifactStore(BaseArtifactStore):
                 ),
             )
             evicted += self._enforce_caps(conn, [thread], keep_rowid=cursor.lastrowid)
-        logger.debug("archived artifact %s (%d bytes), evicted %d", enc.ref, len(enc.data), evicted)
-        return enc.ref
+        return evicted
 
-    def get(self, thread: str, ref: str) -> Artifact | None:
-        """The artifact, or None for an unknown, malformed or foreign ref (read-only)."""
-        check_thread(thread)
-        key = normalize_ref(ref)
-        if key is None:
-            return None
+    def _fetch(self, thread: str, ref: str) -> Artifact | None:
         with self._connection() as conn:
             row = conn.execute(
                 f"SELECT {_INFO_COLUMNS}, data FROM artifacts WHERE thread = ? AND ref = ?",
-                (thread, key),
+                (thread, ref),
             ).fetchone()
-        if row is None:
-            return None
-        info = self._info(row)
-        return Artifact(
-            ref=info.ref,
-            thread=info.thread,
-            is_text=info.is_text,
-            media_type=info.media_type,
-            meta=info.meta,
-            created_at=info.created_at,
-            last_access=info.last_access,
-            access_count=info.access_count,
-            size=info.size,
-            sha256=info.sha256,
-            data=bytes(row[10]),
-        )
+        return None if row is None else artifact_from(self._info(row), bytes(row[10]))
 
-    def record_access(self, thread: str, ref: str) -> bool:
-        """Count one access and refresh `last_access`; True when the artifact exists."""
-        check_thread(thread)
-        key = normalize_ref(ref)
-        if key is None:
-            return False
-        now = now_from(self._clock, None)
+    def _count_access(self, thread: str, ref: str, now: float) -> bool:
         with self._connection() as conn:
             cursor = conn.execute(
                 "UPDATE artifacts SET access_count = access_count + 1, "
                 "last_access = MAX(last_access, ?) WHERE thread = ? AND ref = ?",
-                (now, thread, key),
+                (now, thread, ref),
             )
             return cursor.rowcount > 0
 
-    def list(self, thread: str) -> builtins.list[ArtifactInfo]:
-        """Metadata of the thread's artifacts, oldest first."""
-        check_thread(thread)
+    def _list_thread(self, thread: str) -> builtins.list[ArtifactInfo]:
         with self._connection() as conn:
             rows = conn.execute(
                 f"SELECT {_INFO_COLUMNS} FROM artifacts WHERE thread = ? "
@@ -310,21 +262,14 @@ class SQLiteArtifactStore(BaseArtifactStore):
             ).fetchall()
         return [self._info(row) for row in rows]
 
-    def delete(self, thread: str, ref: str) -> bool:
-        """Remove one artifact; True when it existed."""
-        check_thread(thread)
-        key = normalize_ref(ref)
-        if key is None:
-            return False
+    def _delete_one(self, thread: str, ref: str) -> bool:
         with self._connection() as conn:
             cursor = conn.execute(
-                "DELETE FROM artifacts WHERE thread = ? AND ref = ?", (thread, key)
+                "DELETE FROM artifacts WHERE thread = ? AND ref = ?", (thread, ref)
             )
             return cursor.rowcount > 0
 
-    def delete_thread(self, thread: str) -> int:
-        """Remove all artifacts of a thread; returns how many."""
-        check_thread(thread)
+    def _delete_all(self, thread: str) -> int:
         with self._connection() as conn:
             removed = conn.execute("DELETE FROM artifacts WHERE thread = ?", (thread,)).rowcount
         if removed:

@@ -26,17 +26,22 @@ __all__ = [
     "NO_RESULT",
     "CallInfo",
     "Item",
+    "TextActions",
     "TraceError",
     "as_dict",
     "as_list",
+    "assistant_item",
     "build_session",
     "iso_to_unix",
     "join_content",
     "openai_content",
+    "openai_message_item",
     "openai_tool_calls",
     "read_json",
     "read_jsonl",
+    "read_trajectory",
     "repair_pairing",
+    "tool_item",
     "unique_ids",
 ]
 
@@ -82,6 +87,18 @@ def read_json(path: Path) -> Any:
             return json.loads(fh.read().decode("utf-8-sig"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise TraceError(f"invalid JSON: {exc}") from exc
+
+
+def read_trajectory(path: Path, key: str, kind: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A JSON object file and the objects of its `key` list (other entries skipped).
+
+    Raises:
+        TraceError: when the file is not a JSON object with a `key` list.
+    """
+    data = read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get(key), list):
+        raise TraceError(f"not a {kind} trajectory (no {key!r} list)")
+    return data, [entry for entry in data[key] if isinstance(entry, dict)]
 
 
 def read_jsonl(path: Path) -> list[Any]:
@@ -199,6 +216,93 @@ def openai_tool_calls(raw: Any, *, prefix: str = "call") -> list[ToolCall]:
         call_id = entry.get("id") or f"{prefix}_{n}"
         calls.append(ToolCall(id=str(call_id), name=str(name), arguments=arguments))
     return calls
+
+
+# --- transcript items ---------------------------------------------------------------------
+
+Content = str | tuple[ContentPart, ...]
+
+
+def assistant_item(
+    content: Content,
+    calls: Sequence[ToolCall],
+    info: CallInfo | None,
+    names: dict[str, str] | None = None,
+) -> Item:
+    """An assistant message making `calls`; their names are recorded in `names` (id -> name)."""
+    if names is not None:
+        names.update((c.id, c.name) for c in calls)
+    return (Message(role="assistant", content=content, tool_calls=tuple(calls)), info)
+
+
+def tool_item(call_id: str, content: Content, name: str | None) -> Item:
+    """A tool result answering `call_id`."""
+    return (Message(role="tool", content=content, tool_call_id=call_id, name=name), None)
+
+
+def openai_message_item(
+    message: Mapping[str, Any],
+    content: Content,
+    names: dict[str, str],
+    info: CallInfo | None = None,
+) -> Item | None:
+    """One OpenAI-chat message (with its converted `content`) as an item.
+
+    An assistant message keeps its native `tool_calls` (and gets `info`); a `tool` message
+    answers `tool_call_id`, named by its `name` or else by the call it answers (from `names`,
+    filled by the assistant messages); `system` and `user` messages stay as they are. Other
+    roles give None.
+    """
+    role = message.get("role")
+    if role == "assistant":
+        return assistant_item(content, openai_tool_calls(message.get("tool_calls")), info, names)
+    if role == "tool":
+        call_id = str(message.get("tool_call_id") or "")
+        return tool_item(call_id, content, message.get("name") or names.get(call_id))
+    if role in ("system", "user"):
+        return (Message(role=role, content=content), None)
+    return None
+
+
+class TextActions:
+    """Synthetic `bash` calls for text actions, each answered by the next user message.
+
+    The n-th action becomes `ToolCall(id="call_<n>", name="bash", arguments={"command": ...})`
+    (the command stripped). The call stays open until the next `system` or `user` message: a
+    user message then becomes its tool result, verbatim.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.open: ToolCall | None = None
+
+    def calls(self, command: str | None) -> tuple[ToolCall, ...]:
+        """The calls of an assistant message with `command` as its action (None: no action).
+
+        Any call still open is closed unanswered.
+        """
+        self.open = None
+        if command is None:
+            return ()
+        self.count += 1
+        self.open = ToolCall(
+            id=f"call_{self.count}",
+            name="bash",
+            arguments=json.dumps({"command": command.strip()}, ensure_ascii=False),
+        )
+        return (self.open,)
+
+    def message_item(self, role: Any, content: Content) -> Item | None:
+        """A `system` or `user` message: the open call's result for a user message answering
+        one, else the message as it is (closing any open call). Other roles give None."""
+        if role == "user" and self.open is not None:
+            item = tool_item(self.open.id, content, "bash")
+        elif role in ("system", "user"):
+            item = (Message(role=role, content=content), None)
+        else:
+            return None
+        self.open = None
+        return item
 
 
 # --- pairing repair and session assembly -------------------------------------------------

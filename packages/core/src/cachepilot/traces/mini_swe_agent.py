@@ -17,23 +17,23 @@ when the answer arrived) or `extra.response.created`.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from pathlib import Path
 from typing import Any
 
-from cachepilot.messages import ContentPart, Message, ReasoningPart, TextPart, ToolCall
+from cachepilot.messages import ContentPart, Message, ReasoningPart, TextPart
 from cachepilot.traces._common import (
     CallInfo,
     Item,
-    TraceError,
+    TextActions,
     as_dict,
+    assistant_item,
     build_session,
     iso_to_unix,
     openai_content,
-    openai_tool_calls,
-    read_json,
+    openai_message_item,
+    read_trajectory,
 )
 from cachepilot.traces.session import Session
 from cachepilot.usage import Usage
@@ -64,38 +64,18 @@ def _call_info(message: dict[str, Any]) -> CallInfo:
 
 def _items_v1(raw: list[dict[str, Any]]) -> list[Item]:
     items: list[Item] = []
-    open_call: ToolCall | None = None
-    n_calls = 0
+    actions = TextActions()
     for message in raw:
         role = message.get("role")
         content = openai_content(message.get("content"))
         if role == "assistant":
-            text = Message(role="assistant", content=content).text
-            actions = ACTION_RE.findall(text)
-            calls: tuple[ToolCall, ...] = ()
-            open_call = None
-            if len(actions) == 1:
-                n_calls += 1
-                open_call = ToolCall(
-                    id=f"call_{n_calls}",
-                    name="bash",
-                    arguments=json.dumps({"command": actions[0].strip()}, ensure_ascii=False),
-                )
-                calls = (open_call,)
-            items.append(
-                (Message(role="assistant", content=content, tool_calls=calls), _call_info(message))
-            )
-        elif role == "user" and open_call is not None:
-            items.append(
-                (
-                    Message(role="tool", content=content, tool_call_id=open_call.id, name="bash"),
-                    None,
-                )
-            )
-            open_call = None
-        elif role in ("system", "user"):
-            open_call = None
-            items.append((Message(role=role, content=content), None))
+            found = ACTION_RE.findall(Message(role="assistant", content=content).text)
+            calls = actions.calls(found[0] if len(found) == 1 else None)
+            items.append(assistant_item(content, calls, _call_info(message)))
+        else:
+            item = actions.message_item(role, content)
+            if item is not None:
+                items.append(item)
     return items
 
 
@@ -104,7 +84,13 @@ def _items_v1_1(raw: list[dict[str, Any]], meta: dict[str, Any]) -> list[Item]:
     names: dict[str, str] = {}
     for message in raw:
         role = message.get("role")
+        if role == "exit":
+            status = as_dict(message.get("extra")).get("exit_status")
+            if status:
+                meta.setdefault("exit_status", status)
+            continue
         content = openai_content(message.get("content"))
+        info = None
         if role == "assistant":
             reasoning = message.get("reasoning_content")
             if isinstance(reasoning, str) and reasoning:
@@ -114,26 +100,10 @@ def _items_v1_1(raw: list[dict[str, Any]], meta: dict[str, Any]) -> list[Item]:
                     else ((TextPart(content),) if content else ())
                 )
                 content = (ReasoningPart(reasoning), *rest)
-            calls = openai_tool_calls(message.get("tool_calls"))
-            names.update((c.id, c.name) for c in calls)
-            items.append(
-                (
-                    Message(role="assistant", content=content, tool_calls=tuple(calls)),
-                    _call_info(message),
-                )
-            )
-        elif role == "tool":
-            call_id = str(message.get("tool_call_id") or "")
-            name = message.get("name") or names.get(call_id)
-            items.append(
-                (Message(role="tool", content=content, tool_call_id=call_id, name=name), None)
-            )
-        elif role in ("system", "user"):
-            items.append((Message(role=role, content=content), None))
-        elif role == "exit":
-            status = as_dict(message.get("extra")).get("exit_status")
-            if status:
-                meta.setdefault("exit_status", status)
+            info = _call_info(message)
+        item = openai_message_item(message, content, names, info)
+        if item is not None:
+            items.append(item)
     return items
 
 
@@ -143,10 +113,7 @@ def load(path: Path, rel: str) -> list[Session]:
     Raises:
         TraceError: when the file has no `messages` list.
     """
-    data = read_json(path)
-    if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
-        raise TraceError("not a mini-swe-agent trajectory (no 'messages' list)")
-    raw = [m for m in data["messages"] if isinstance(m, dict)]
+    data, raw = read_trajectory(path, "messages", "mini-swe-agent")
     info = as_dict(data.get("info"))
     declared = str(data.get("trajectory_format") or "")
     native = any(m.get("tool_calls") or m.get("role") == "tool" for m in raw)

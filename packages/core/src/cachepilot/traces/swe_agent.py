@@ -22,16 +22,17 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cachepilot.messages import Message, ToolCall
 from cachepilot.traces._common import (
     CallInfo,
     Item,
-    TraceError,
+    TextActions,
     as_dict,
+    assistant_item,
     build_session,
     openai_content,
     openai_tool_calls,
-    read_json,
+    read_trajectory,
+    tool_item,
 )
 from cachepilot.traces.session import Session
 
@@ -57,56 +58,28 @@ def _items(history: list[dict[str, Any]], model: str | None) -> list[Item]:
     items: list[Item] = []
     info = CallInfo(model=model)
     names: dict[str, str] = {}
-    open_call: ToolCall | None = None
-    n_calls = 0
+    actions = TextActions()
     for entry in history:
         role = entry.get("role")
         content = openai_content(entry.get("content"))
         if role == "assistant":
-            calls = openai_tool_calls(entry.get("tool_calls"))
-            open_call = None
+            native = openai_tool_calls(entry.get("tool_calls"))
             action = entry.get("action")
-            if not calls and isinstance(action, str) and action.strip():
-                n_calls += 1
-                open_call = ToolCall(
-                    id=f"call_{n_calls}",
-                    name="bash",
-                    arguments=json.dumps({"command": action.strip()}, ensure_ascii=False),
-                )
-                calls = [open_call]
-            names.update((c.id, c.name) for c in calls)
-            items.append(
-                (Message(role="assistant", content=content, tool_calls=tuple(calls)), info)
-            )
+            text_action = not native and isinstance(action, str) and action.strip()
+            calls = (*native, *actions.calls(action if text_action else None))
+            items.append(assistant_item(content, calls, info, names))
         elif role == "tool":
-            open_call = None
+            actions.open = None
             ids = entry.get("tool_call_ids")
             if not isinstance(ids, list):
                 ids = [entry.get("tool_call_id")]
             for raw_id in ids:
                 call_id = str(raw_id or "")
-                items.append(
-                    (
-                        Message(
-                            role="tool",
-                            content=content,
-                            tool_call_id=call_id,
-                            name=names.get(call_id),
-                        ),
-                        None,
-                    )
-                )
-        elif role == "user" and open_call is not None:
-            items.append(
-                (
-                    Message(role="tool", content=content, tool_call_id=open_call.id, name="bash"),
-                    None,
-                )
-            )
-            open_call = None
-        elif role in ("system", "user"):
-            open_call = None
-            items.append((Message(role=role, content=content), None))
+                items.append(tool_item(call_id, content, names.get(call_id)))
+        else:
+            item = actions.message_item(role, content)
+            if item is not None:
+                items.append(item)
     return items
 
 
@@ -116,10 +89,7 @@ def load(path: Path, rel: str) -> list[Session]:
     Raises:
         TraceError: when the file has no `history` list.
     """
-    data = read_json(path)
-    if not isinstance(data, dict) or not isinstance(data.get("history"), list):
-        raise TraceError("not a SWE-agent trajectory (no 'history' list)")
-    history = [e for e in data["history"] if isinstance(e, dict)]
+    data, history = read_trajectory(path, "history", "SWE-agent")
     model = _model(data)
     meta: dict[str, Any] = {}
     info = as_dict(data.get("info"))

@@ -12,7 +12,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cachepilot.messages import Message
 from cachepilot.traces._common import (
     CallInfo,
     Item,
@@ -20,7 +19,7 @@ from cachepilot.traces._common import (
     as_dict,
     build_session,
     openai_content,
-    openai_tool_calls,
+    openai_message_item,
     read_json,
     unique_ids,
 )
@@ -48,22 +47,9 @@ def _items(traj: list[Any], model: str | None) -> list[Item]:
     names: dict[str, str] = {}
     for raw in traj:
         message = as_dict(raw)
-        role = message.get("role")
-        content = openai_content(message.get("content"))
-        if role == "assistant":
-            calls = openai_tool_calls(message.get("tool_calls"))
-            names.update((c.id, c.name) for c in calls)
-            items.append(
-                (Message(role="assistant", content=content, tool_calls=tuple(calls)), info)
-            )
-        elif role == "tool":
-            call_id = str(message.get("tool_call_id") or "")
-            name = message.get("name") or names.get(call_id)
-            items.append(
-                (Message(role="tool", content=content, tool_call_id=call_id, name=name), None)
-            )
-        elif role in ("system", "user"):
-            items.append((Message(role=role, content=content), None))
+        item = openai_message_item(message, openai_content(message.get("content")), names, info)
+        if item is not None:
+            items.append(item)
     return items
 
 
