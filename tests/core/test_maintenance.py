@@ -249,3 +249,57 @@ def test_cost_schedule_waits_then_prunes_on_a_long_session() -> None:
     assert applied and waited
     assert all(d.saving_usd > d.cost_usd for d in applied if d.reason == "cost-model")
     assert all(d.saving_usd <= d.cost_usd for d in waited if "re-miss" in d.reason)
+
+
+def test_fold_is_the_last_resort_past_the_trigger() -> None:
+    steps = [(2, [3_000, 3_000, 0], False) for _ in range(30)]
+    # Pruning and eviction are off, so only a fold can bring the context back down.
+    maintenance = MaintenanceConfig(
+        context_window=40_000,
+        fold_trigger=0.5,
+        fold_protect_tokens=4_000,
+        prune=False,
+        evict=False,
+    )
+    pilot = CachePilot(Config(maintenance=maintenance), store=InMemoryArtifactStore())
+    snapshots = _build(steps)
+    views = [
+        pilot.prepare("sys", snap, (), "t", now=i * 10.0)[1] for i, snap in enumerate(snapshots)
+    ]
+    state = pilot.state("t")
+    folds = [e for epoch in state.plan.epochs for e in epoch.edits if e.kind == "fold"]
+    assert folds, "the context passed the trigger but nothing was folded"
+    final = views[-1]
+    assert pairing_issues(final) == []
+    assert final[0].text == "Fix the failing tests, please."  # the task statement is kept
+    summary = next(m for m in final if m.text.startswith("[earlier conversation folded"))
+    ref = summary.text.split('recall(ref="')[1][:12]
+    archived = pilot.store.get("t", ref)
+    assert archived is not None and "output" in archived.text
+    counter = TokenCounter(CharEncoding())
+    assert counter.count_messages(final) < counter.count_messages(snapshots[-1]) / 3
+
+
+def test_emergency_fold_after_a_context_length_error() -> None:
+    snapshot = _build([(1, [5_000, 0, 0], False) for _ in range(12)])[-1]
+    pilot = CachePilot(Config(), store=InMemoryArtifactStore())
+    before = pilot.prepare("sys", snapshot, (), "t", now=0.0)[1]
+    assert pilot.emergency_fold("sys", snapshot, "t") is True
+    after = pilot.prepare("sys", snapshot, (), "t", now=10.0)[1]
+    assert len(after) < len(before) / 2
+    assert pairing_issues(after) == []
+    assert pilot.state("t").plan.epochs[-1].reason == "context-length-error"
+
+
+def test_no_fold_when_pruning_is_enough() -> None:
+    maintenance = MaintenanceConfig(
+        context_window=40_000,
+        fold_trigger=0.5,
+        fold_protect_tokens=4_000,
+        protect_tool_tokens=4_000,
+    )
+    pilot = CachePilot(Config(maintenance=maintenance), store=InMemoryArtifactStore())
+    for i, snap in enumerate(_build([(2, [3_000, 3_000, 0], False) for _ in range(30)])):
+        pilot.prepare("sys", snap, (), "t", now=i * 10.0)
+    kinds = {e.kind for epoch in pilot.state("t").plan.epochs for e in epoch.edits}
+    assert "stub" in kinds and "fold" not in kinds

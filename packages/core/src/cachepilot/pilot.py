@@ -553,6 +553,7 @@ class CachePilot:
             "system": system,
         }
         if emergency:
+            del args["system"]  # the emergency summary request is always standalone
             edit = emergency_fold(canon_messages, keys, **args)
         else:
             edit = plan_fold(
