@@ -183,6 +183,7 @@ class CachePilot:
         # Per-thread caches that make a call cost O(new messages); never part of the state.
         self._trackers: dict[str, KeyTracker] = {}
         self._tool_tokens: dict[str, int] = {}
+        self._fingerprints: dict[tuple[int, ...], tuple[tuple[Mapping[str, Any], ...], str]] = {}
         self._estimator: Estimator = estimator or RuleEstimator()
         self._summarizer = summarizer
         # The recall tool's schema with sorted keys, one object per pilot (sent every call).
@@ -420,7 +421,7 @@ class CachePilot:
                         raw_system, messages, in_tools, state.canonical, maintenance=True
                     )
                 view = apply_plan(canon_messages, state.plan, keys)
-            fingerprint = tool_fingerprint(out_tools)
+            fingerprint = self._fingerprint(out_tools)
             changed = state.tools_fingerprint is not None and fingerprint != state.tools_fingerprint
             if changed and not self.config.canonicalize:  # the canonicalizer logs it otherwise
                 logger.info("thread %s: tool set changed (the cached prefix breaks here)", thread)
@@ -517,8 +518,20 @@ class CachePilot:
             logger.warning("thread %s: maintenance skipped after an error", thread, exc_info=True)
             return False
 
-    def _tools_tokens(self, tools: Sequence[Mapping[str, Any]], counter: TokenCounter) -> int:
+    def _fingerprint(self, tools: Sequence[Mapping[str, Any]]) -> str:
+        """`tool_fingerprint`, memoised for the very tool objects the canonicalizer reuses."""
+        memo_key = tuple(id(t) for t in tools)
+        hit = self._fingerprints.get(memo_key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], tools, strict=True)):
+            return hit[1]
         fingerprint = tool_fingerprint(tools)
+        self._fingerprints[memo_key] = (tuple(tools), fingerprint)
+        if len(self._fingerprints) > 64:
+            self._fingerprints.pop(next(iter(self._fingerprints)))
+        return fingerprint
+
+    def _tools_tokens(self, tools: Sequence[Mapping[str, Any]], counter: TokenCounter) -> int:
+        fingerprint = self._fingerprint(tools)
         known = self._tool_tokens.get(fingerprint)
         if known is None:
             known = sum(counter.count(canonical_json(t)) for t in tools)
