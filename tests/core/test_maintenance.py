@@ -303,3 +303,34 @@ def test_no_fold_when_pruning_is_enough() -> None:
         pilot.prepare("sys", snap, (), "t", now=i * 10.0)
     kinds = {e.kind for epoch in pilot.state("t").plan.epochs for e in epoch.edits}
     assert "stub" in kinds and "fold" not in kinds
+
+
+def test_cost_model_leaves_old_candidates_when_only_a_later_cut_pays() -> None:
+    counter = TokenCounter(CharEncoding())
+    old = Message(role="tool", content="o" * 996, tool_call_id="a")
+    filler = Message(role="user", content="f" * 49_996)
+    recent = Message(role="tool", content="r" * 19_996, tool_call_id="b")
+    tail = Message(role="user", content="t" * 996)
+    messages = [old, filler, recent, tail]
+    cands = [
+        Candidate(index=0, key="a", kind="stub", tokens=1_000, reason="old"),
+        Candidate(index=2, key="b", kind="stub", tokens=20_000, reason="old"),
+    ]
+    record, chosen = decide(
+        call=20,
+        messages=messages,
+        candidates=cands,
+        counter=counter,
+        config=MaintenanceConfig(min_prune_tokens=0, horizon=1.0),
+        price=PRICE,
+        ttl_seconds=300,
+        idle_seconds=1.0,
+        context_tokens=72_000,
+        context_window=1_000_000,
+        stub_tokens=lambda c: 0,
+    )
+    # All of it: saves 21,000 × 0.1e-6 × 20 = $0.042 but re-misses 72,000 × 0.9e-6 = $0.0648.
+    # From the recent one on: saves $0.040 and re-misses only 21,000 tokens ($0.0189).
+    assert record.apply and record.reason == "cost-model"
+    assert [c.key for c in chosen] == ["b"]
+    assert record.remiss_tokens == 21_000 and record.removed_tokens == 20_000

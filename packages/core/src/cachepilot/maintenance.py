@@ -273,11 +273,65 @@ def decide(
         return record.model_copy(update={"apply": True, "reason": "fold-trigger"}), totals.edits
     if cold:
         return record.model_copy(update={"apply": True, "reason": "cold-cache"}), totals.edits
-    if totals.removed < config.min_prune_tokens:
+    # Cost model: the earliest edit decides how much is re-missed, so also weigh leaving the
+    # oldest candidates for later: pick the cut with the best net saving.
+    best = _best_cut(
+        messages=messages,
+        edits=totals.edits,
+        counter=counter,
+        stub_tokens=stub_tokens,
+        saving_per_token=hit * expected,
+        remiss_per_token=price.miss_per_m / 1e6 - hit + write_premium,
+    )
+    if best is None:
+        return record.model_copy(update={"reason": "saving does not pay for the re-miss"}), []
+    chosen, removed, remiss_best, saving_best, cost_best = best
+    record = record.model_copy(
+        update={
+            "candidates": len(chosen),
+            "removed_tokens": removed,
+            "remiss_tokens": remiss_best,
+            "saving_usd": round(saving_best, 6),
+            "cost_usd": round(cost_best, 6),
+        }
+    )
+    if removed < config.min_prune_tokens:
         return record.model_copy(update={"reason": "below minimum saving"}), []
-    if saving_usd > cost_usd:
-        return record.model_copy(update={"apply": True, "reason": "cost-model"}), totals.edits
-    return record.model_copy(update={"reason": "saving does not pay for the re-miss"}), []
+    return record.model_copy(update={"apply": True, "reason": "cost-model"}), chosen
+
+
+def _best_cut(
+    *,
+    messages: Sequence[Message],
+    edits: Sequence[Candidate],
+    counter: TokenCounter,
+    stub_tokens: Callable[[Candidate], int],
+    saving_per_token: float,
+    remiss_per_token: float,
+) -> tuple[list[Candidate], int, int, float, float] | None:
+    """Among "every candidate from the j-th on", the set with the largest positive net saving.
+
+    Returns:
+        (candidates, tokens removed, tokens re-missed, saving USD, cost USD), or None when no
+        cut pays.
+    """
+    ordered = sorted(edits, key=lambda c: c.index)
+    sizes = [counter.count_message(m) for m in messages]
+    tail_from = [0] * (len(sizes) + 1)
+    for i in range(len(sizes) - 1, -1, -1):
+        tail_from[i] = tail_from[i + 1] + sizes[i]
+    best: tuple[list[Candidate], int, int, float, float] | None = None
+    best_net = 0.0
+    removed = 0
+    for j in range(len(ordered) - 1, -1, -1):
+        removed += max(0, ordered[j].tokens - stub_tokens(ordered[j]))
+        remiss = tail_from[ordered[j].index]
+        saving = removed * saving_per_token
+        cost = remiss * remiss_per_token
+        if saving - cost > best_net:
+            best_net = saving - cost
+            best = (ordered[j:], removed, remiss, saving, cost)
+    return best
 
 
 def build_edits(
