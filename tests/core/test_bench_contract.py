@@ -147,7 +147,8 @@ def test_continuous_mode_keeps_pairing_at_the_seams(tmp_path: Path) -> None:
     from cachepilot.messages import pairing_issues
 
     data = json.loads(_tau_file(tmp_path, runs=3, turns=2).read_text())
-    for run in data:  # every run ends on a call that never got its result (like `submit`)
+    for n, run in enumerate(data):  # every run ends on a call that never got its result
+        run["traj"][0]["content"] += f" Run {n}."  # and the system prompts differ
         run["traj"].append(
             {
                 "role": "assistant",

@@ -334,3 +334,18 @@ def test_cost_model_leaves_old_candidates_when_only_a_later_cut_pays() -> None:
     assert record.apply and record.reason == "cost-model"
     assert [c.key for c in chosen] == ["b"]
     assert record.remiss_tokens == 21_000 and record.removed_tokens == 20_000
+
+
+def test_cost_model_folds_a_long_history_only_when_it_pays() -> None:
+    only_fold = MaintenanceConfig(prune=False, evict=False)
+    long_pilot = CachePilot(Config(maintenance=only_fold), store=InMemoryArtifactStore())
+    for i, snap in enumerate(_build([(1, [6_000, 0, 0], False) for _ in range(80)])):
+        long_pilot.prepare("sys", snap, (), "t", now=i * 10.0)
+    decisions = [d for d in long_pilot.state("t").decisions if d.reason == "cost-model-fold"]
+    folds = [e for ep in long_pilot.state("t").plan.epochs for e in ep.edits if e.kind == "fold"]
+    assert decisions and len(folds) == len(decisions)
+    # A short session never earns back the re-miss a fold causes.
+    short_pilot = CachePilot(Config(maintenance=only_fold), store=InMemoryArtifactStore())
+    for i, snap in enumerate(_build([(1, [6_000, 0, 0], False) for _ in range(6)])):
+        short_pilot.prepare("sys", snap, (), "t", now=i * 10.0)
+    assert short_pilot.state("t").plan.epochs == []

@@ -171,3 +171,15 @@ def test_key_tracker_matches_message_keys(
     assert tracker.keys(grown) == message_keys(grown)
     shrunk = grown[cut:]  # not an extension: recomputed from scratch
     assert tracker.keys(shrunk) == message_keys(shrunk)
+
+
+def test_reused_framework_ids_still_get_unique_keys() -> None:
+    call = ToolCall("c1", "bash", "{}")
+    history = [
+        Message(role="assistant", tool_calls=(call,), id="event-37"),
+        Message(role="tool", content="out", tool_call_id="c1", id="event-37"),
+        Message(role="user", content="next", id="event-37"),
+    ]
+    keys = message_keys(history)
+    assert keys == ["id:event-37", "id:event-37#1", "id:event-37#2"]
+    assert message_keys(history[:2]) == keys[:2]

@@ -70,8 +70,14 @@ class MaintenanceConfig(BaseModel):
     and eviction do not bring the context below it, the history is folded)."""
     fold: bool = True
     """Fold (summarize) as the last resort past the fold trigger."""
-    fold_protect_tokens: int = 20_000
+    fold_protect_tokens: int = 10_000
     """Tokens at the end of the history a fold never summarizes."""
+    fold_by_cost: bool = True
+    """Also fold below the trigger when the cost model says the fold pays for its re-miss."""
+    fold_min_tokens: int = 15_000
+    """A cost-model fold must remove at least this many tokens."""
+    fold_summary_tokens: int = 800
+    """Expected size of a fold summary (for the cost model)."""
     context_window: int | None = None
     """Usable input window in tokens; None takes the provider profile's."""
     horizon: float = 0.5

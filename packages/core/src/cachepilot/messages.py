@@ -245,20 +245,12 @@ def message_keys(messages: Sequence[Message]) -> list[str]:
     """Stable keys for a transcript (DESIGN §4).
 
     The framework's id when a message has one (`id:<id>`), else the content hash plus the
-    ordinal among earlier messages with the same hash (`h:<hash>:<n>`). Appending messages
-    never changes the keys of earlier ones.
+    ordinal among earlier messages with the same hash (`h:<hash>:<n>`). An id seen before in
+    the transcript (some frameworks reuse one id for an action and its observation) gets an
+    ordinal too (`id:<id>#<n>`), so keys stay unique. Appending messages never changes the
+    keys of earlier ones.
     """
-    seen: dict[str, int] = {}
-    keys: list[str] = []
-    for message in messages:
-        if message.id:
-            keys.append(f"id:{message.id}")
-            continue
-        digest = content_hash(message)
-        ordinal = seen.get(digest, 0)
-        seen[digest] = ordinal + 1
-        keys.append(f"h:{digest}:{ordinal}")
-    return keys
+    return KeyTracker().keys(messages)
 
 
 class KeyTracker:
@@ -285,7 +277,9 @@ class KeyTracker:
             known = 0
         for message in messages[known:]:
             if message.id:
-                self._keys.append(f"id:{message.id}")
+                seen = self._seen.get("\x00" + message.id, 0)
+                self._seen["\x00" + message.id] = seen + 1
+                self._keys.append(f"id:{message.id}" if not seen else f"id:{message.id}#{seen}")
             else:
                 digest = content_hash(message)
                 ordinal = self._seen.get(digest, 0)

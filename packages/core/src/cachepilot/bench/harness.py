@@ -165,11 +165,11 @@ def chain_sessions(sessions: Sequence[Session], chain: int) -> list[Session]:
             clock: float | None = None
             for n, member in enumerate(part):
                 system, body = split_system(member.messages)
+                _close_pending_calls(messages)
                 if n == 0:
                     messages.extend(member.messages[: len(member.messages) - len(body)])
                 elif system and system != first_system:
                     messages.append(Message(role="user", content=system))
-                _close_pending_calls(messages)
                 offset_index = len(messages)
                 prefix = f"s{n}_" if n else ""
                 messages.extend(_prefixed_ids(m, prefix) if prefix else m for m in body)
