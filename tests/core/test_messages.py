@@ -183,3 +183,9 @@ def test_reused_framework_ids_still_get_unique_keys() -> None:
     keys = message_keys(history)
     assert keys == ["id:event-37", "id:event-37#1", "id:event-37#2"]
     assert message_keys(history[:2]) == keys[:2]
+
+
+def test_ids_that_look_like_reuses_never_collide() -> None:
+    history = [Message(role="user", content=str(n), id=i) for n, i in enumerate(["x", "x", "x#1"])]
+    keys = message_keys(history)
+    assert len(set(keys)) == 3

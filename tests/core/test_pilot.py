@@ -902,3 +902,43 @@ def test_record_usage_accumulates_per_thread() -> None:
     assert pilot.state("other").usage["input_tokens"] == 5
     assert pilot.export_state("t")["usage"]["cached_tokens"] == 1_792
     assert Usage.from_dict(pilot.state("t").usage).hit_rate == pytest.approx(1_792 / 2_200)
+
+
+def test_review_regressions() -> None:
+    """Emergency folds leave state alone when they fail; parts survive pruning; misuse."""
+    from cachepilot.messages import ImagePart, TextPart
+
+    pilot = _memory_pilot()
+    history = [Message(role="user", content="go")]
+    pilot.prepare("Today is 2025-03-04.", history, (), "t", now=0.0)
+    before = pilot.export_state("t")
+    # Nothing to fold in a one-message history: False, and the frozen values are untouched.
+    assert pilot.emergency_fold("Today is 2025-03-05.", history, "t") is False
+    assert pilot.export_state("t")["canonical"] == before["canonical"]
+    with pytest.raises(ValueError):
+        pilot.emergency_fold(None, [{"role": "user"}], "t")  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="content"):
+        Message(role="user", content=[{"type": "text", "text": "hi"}])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="content"):
+        Message(role="user", content=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Usage"):
+        pilot.record_usage({"input_tokens": 1}, "t")  # type: ignore[arg-type]
+
+    # A pruned tool result with an image part is archived whole (the image is recallable).
+    image = ImagePart("data:image/png;base64," + "A" * 4_000, "image/png")
+    parts = (TextPart("screenshot " + "x" * 20_000), image)
+    maint = MaintenanceConfig(schedule="fixed", every=1, protect_tool_tokens=0, protect_results=0)
+    p2 = _memory_pilot(Config(maintenance=maint))
+    call = ToolCall("c1", "shot", "{}")
+    msgs = [
+        Message(role="user", content="look"),
+        Message(role="assistant", tool_calls=(call,)),
+        Message(role="tool", content=parts, tool_call_id="c1", name="shot"),
+        Message(role="assistant", content="ok"),
+        Message(role="user", content="next"),
+    ]
+    _, view, _ = p2.prepare(None, msgs, (), "t", now=0.0)
+    stub = view[2].text
+    assert "recall(ref=" in stub
+    archived = p2.store.get("t", stub.split('recall(ref="')[1][:12])
+    assert archived is not None and image.url in archived.text

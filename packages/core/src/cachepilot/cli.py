@@ -118,6 +118,8 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     )
     names = args.strategies or list(ALL_STRATEGIES)
     sessions, traces = _load_sessions(args.traces)
+    if args.limit < 0:
+        raise ValueError("--limit must be >= 0 (0: every session)")
     sessions = prepare_sessions(sessions, config)
     if args.limit:
         sessions = sessions[: args.limit]

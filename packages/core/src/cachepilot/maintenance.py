@@ -117,7 +117,7 @@ class Candidate:
     """A tool result that could be stubbed at the next maintenance point."""
 
     index: int
-    """Position in the transcript."""
+    """Position in the view (the transcript with earlier epochs applied)."""
     key: str
     kind: Literal["stub", "evict"]
     tokens: int

@@ -117,6 +117,21 @@ class Message:
             object.__setattr__(self, "content", tuple(self.content))
         if isinstance(self.tool_calls, list):
             object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        if not isinstance(self.content, str):
+            if not isinstance(self.content, tuple):
+                raise ValueError(
+                    f"message content must be a str or a list of parts, not "
+                    f"{type(self.content).__name__}"
+                )
+            for part in self.content:
+                if not isinstance(part, TextPart | ImagePart | ReasoningPart):
+                    raise ValueError(
+                        f"message content parts must be TextPart, ImagePart or ReasoningPart, "
+                        f"not {type(part).__name__}"
+                    )
+        for call in self.tool_calls:
+            if not isinstance(call, ToolCall):
+                raise ValueError(f"tool_calls must hold ToolCall, not {type(call).__name__}")
 
     @property
     def text(self) -> str:
@@ -265,6 +280,7 @@ class KeyTracker:
         self._messages: list[Message] = []
         self._keys: list[str] = []
         self._seen: dict[str, int] = {}
+        self._taken: set[str] = set()
 
     def keys(self, messages: Sequence[Message]) -> list[str]:
         """Stable keys of `messages` (equal to `message_keys(messages)`)."""
@@ -273,13 +289,18 @@ class KeyTracker:
             a is b for a, b in zip(self._messages, messages, strict=False)
         )
         if not extends:
-            self._messages, self._keys, self._seen = [], [], {}
+            self._messages, self._keys, self._seen, self._taken = [], [], {}, set()
             known = 0
         for message in messages[known:]:
             if message.id:
-                seen = self._seen.get("\x00" + message.id, 0)
-                self._seen["\x00" + message.id] = seen + 1
-                self._keys.append(f"id:{message.id}" if not seen else f"id:{message.id}#{seen}")
+                key = f"id:{message.id}"
+                ordinal = self._seen.get("\x00" + message.id, 0)
+                while key in self._taken:  # an id reused, or one that looks like a reuse
+                    ordinal += 1
+                    key = f"id:{message.id}#{ordinal}"
+                self._seen["\x00" + message.id] = ordinal
+                self._taken.add(key)
+                self._keys.append(key)
             else:
                 digest = content_hash(message)
                 ordinal = self._seen.get(digest, 0)

@@ -617,32 +617,42 @@ class CachePilot:
         system: str | None,
         messages: Sequence[Message],
         thread: str = "default",
+        tools: Sequence[Mapping[str, Any]] = (),
     ) -> bool:
         """Fold hard after a provider context-length error; call `prepare` again afterwards.
 
-        Returns True when a fold was added to the plan (False when nothing could be folded).
+        Pass the same system prompt, transcript and tools as to `prepare`. Returns True when
+        a fold was added to the plan, False when nothing could be folded (or the fold failed,
+        which is logged): the thread's state is untouched then.
         """
         _check_thread(thread)
+        _check_request(system, messages, tools)
         state = self.state(thread)
         with self._lock:
-            if self.config.canonicalize:
-                system, canon_messages, _ = self._canonicalizer.apply(
-                    system, messages, (), state.canonical
+            try:
+                if self.config.canonicalize:
+                    # A scratch copy: the real frozen values change only with an epoch.
+                    scratch = state.canonical.model_copy(deep=True)
+                    system, canon_messages, _ = self._canonicalizer.apply(
+                        system, messages, self._with_recall(tools), scratch
+                    )
+                else:
+                    canon_messages = list(messages)
+                keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
+                counter = get_counter(self.config.encoding)
+                edits = self._fold_edits(
+                    thread=thread,
+                    state=state,
+                    canon_messages=canon_messages,
+                    keys=keys,
+                    pending=[],
+                    system=system,
+                    counter=counter,
+                    emergency=True,
                 )
-            else:
-                canon_messages = list(messages)
-            keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
-            counter = get_counter(self.config.encoding)
-            edits = self._fold_edits(
-                thread=thread,
-                state=state,
-                canon_messages=canon_messages,
-                keys=keys,
-                pending=[],
-                system=system,
-                counter=counter,
-                emergency=True,
-            )
+            except Exception:
+                logger.warning("thread %s: emergency fold failed", thread, exc_info=True)
+                return False
             if not edits:
                 return False
             state.plan.epochs.append(
@@ -680,7 +690,12 @@ class CachePilot:
         refs: list[str] = []
         for cand in chosen:
             message = view[cand.index]
-            content = message.text
+            # Parts (images, reasoning) are archived whole, as the message's JSON.
+            content = (
+                message.content
+                if isinstance(message.content, str)
+                else json.dumps(message.to_dict(), ensure_ascii=False)
+            )
             ref = self.store.put(
                 thread,
                 content,
@@ -704,8 +719,13 @@ class CachePilot:
         *,
         now: float | None = None,
     ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
-        """Async twin of `prepare` (pure CPU work: runs inline)."""
-        return self.prepare(system, messages, tools, thread, now=now)
+        """Async twin of `prepare`, run in a worker thread.
+
+        A maintenance point may fold with the configured summarizer, which can call a model:
+        running it off the event loop keeps the loop free (summarizers are called through
+        their sync `summarize`).
+        """
+        return await asyncio.to_thread(self.prepare, system, messages, tools, thread, now=now)
 
     def _with_recall(self, tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Shallow copies of `tools`, plus the recall tool when it is on and not there yet."""
@@ -755,8 +775,16 @@ class CachePilot:
                 if not known and isinstance(source, str):
                     memory.note_recall(source)
 
+        try:
+            store = self.store
+        except Exception:
+            logger.error("recall: the artifact store cannot be opened", exc_info=True)
+            return (
+                f"[recall {str(ref)[:40]}: the archive is unavailable right now "
+                "(the artifact store could not be opened); the original cannot be shown]"
+            )
         result = recall(
-            self.store,
+            store,
             thread,
             ref,
             lines=lines,
@@ -783,6 +811,11 @@ class CachePilot:
 
     def record_usage(self, usage: Usage, thread: str = "default") -> None:
         """Add one call's provider usage to the thread's totals."""
+        if not isinstance(usage, Usage):
+            raise ValueError(
+                f"usage must be a cachepilot Usage (see Usage.from_openai_chat etc.), "
+                f"not {type(usage).__name__}"
+            )
         state = self.state(thread)
         with self._lock:
             for key, value in usage.to_dict().items():

@@ -14,6 +14,8 @@ from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import Message
 from cachepilot.pilot import CachePilot, Config
 
+LOGICAL_STEP_SECONDS = 10.0
+
 __all__ = [
     "CachePilotNoCanonical",
     "CachePilotNoEvict",
@@ -35,12 +37,19 @@ class CachePilotStrategy(StatefulStrategy):
         self.pilot = CachePilot(self.config, store=InMemoryArtifactStore())
         self._calls: dict[str, tuple[str, str]] = {}
         self._stats: dict[str, float] = {}
+        self._now = -LOGICAL_STEP_SECONDS
 
     def start(self, session: SessionContext) -> None:
         super().start(session)
         self.pilot = CachePilot(self.config, store=InMemoryArtifactStore())
         self._calls = {}
         self._stats = {}
+        self._now = -LOGICAL_STEP_SECONDS
+
+    def _clock(self, timestamp: float | None) -> float:
+        # Calls without a time follow the previous one by 10 s, as in the simulator.
+        self._now = timestamp if timestamp is not None else self._now + LOGICAL_STEP_SECONDS
+        return self._now
 
     def stats(self) -> dict[str, float]:
         """Tool-output tokens before/after ingestion, and per pass the tokens it removed.
@@ -90,8 +99,7 @@ class CachePilotStrategy(StatefulStrategy):
             self.state,
             self.ctx.tools,
             self.ctx.session_id,
-            # Traces without times get a logical clock (10 s a call), like the simulator's.
-            now=call.timestamp if call.timestamp is not None else call.call_number * 10.0,
+            now=self._clock(call.timestamp),
         )
         state = self.pilot.state(self.ctx.session_id)
         maintenance = len(state.plan.epochs) > epochs
