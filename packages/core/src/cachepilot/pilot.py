@@ -385,8 +385,11 @@ class CachePilot:
     ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
         """Build the request of one model call: (system, messages, tools).
 
-        Deterministic: the same transcript and state give a byte-identical request. Inputs are
-        never mutated; unchanged messages are returned as the same objects.
+        Deterministic: the same transcript, state and `now` give a byte-identical request
+        (`now` matters only for the cold-cache rule; pass the framework's request time to
+        replay exactly, else the wall clock is used). Inputs are never mutated; unchanged
+        messages are returned as the same objects, and the returned tool dicts are shared
+        between calls: treat them as read-only.
         """
         _check_thread(thread)
         _check_request(system, messages, tools)
