@@ -22,8 +22,9 @@ from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext,
 from cachepilot.messages import Message, TextPart, ToolCall, pairing_issues
 from cachepilot.pricing import Price, cost
 from cachepilot.sim import DEFAULT_PROFILE, CacheSimulator, Request, get_profile, render_request
+from cachepilot.sim.calibrate import estimate_hidden_prefix
 from cachepilot.tokens import TokenCounter, get_counter
-from cachepilot.traces.session import Session
+from cachepilot.traces.session import Session, split_system
 from cachepilot.usage import Usage
 
 __all__ = [
@@ -107,29 +108,6 @@ class SessionResult:
     error: str | None = None
     stats: dict[str, float] = field(default_factory=dict)
     """The strategy's own counters at the end of the session."""
-
-
-def split_system(messages: Sequence[Message]) -> tuple[str | None, list[Message]]:
-    """Leading system messages become the system prompt; the rest is the conversation."""
-    head: list[str] = []
-    index = 0
-    while index < len(messages) and messages[index].role == "system":
-        head.append(messages[index].text)
-        index += 1
-    return ("\n\n".join(head) if head else None), list(messages[index:])
-
-
-def _estimate_hidden_prefix(session: Session, counter: TokenCounter) -> int:
-    """Prompt tokens the first recorded call billed beyond what the trace shows (0 if unknown)."""
-    first = session.assistant_indices[0] if session.assistant_indices else None
-    if first is None:
-        return 0
-    call = session.call_for(first)
-    if call is None or call.usage is None or call.usage.input_tokens <= 0:
-        return 0
-    system, body = split_system(session.messages[:first])
-    rendered = render_request(Request(system=system, messages=body, tools=session.tools), counter)
-    return max(0, call.usage.input_tokens - rendered.total_tokens)
 
 
 def _prefixed_ids(message: Message, prefix: str) -> Message:
@@ -253,7 +231,7 @@ def run_session(
     offset = len(session.messages) - len(body)
     facts = facts or FactIndex(body)
     hidden = (
-        _estimate_hidden_prefix(session, counter)
+        estimate_hidden_prefix(session, counter)
         if hidden_prefix_tokens is None
         else hidden_prefix_tokens
     )
@@ -412,7 +390,7 @@ def _replay_one(args: tuple[Session, Sequence[str], BenchConfig]) -> list[Sessio
     counter = get_counter(config.encoding)
     system, body = split_system(session.messages)
     facts = FactIndex(body)
-    hidden = _estimate_hidden_prefix(session, counter)
+    hidden = estimate_hidden_prefix(session, counter)
     peak = render_request(
         Request(system=system, messages=body, tools=session.tools), counter
     ).total_tokens

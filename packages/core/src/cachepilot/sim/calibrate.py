@@ -40,12 +40,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cachepilot.messages import Message
 from cachepilot.sim.engine import CacheSimulator
 from cachepilot.sim.profiles import DEFAULT_PROFILE, ProviderProfile, get_profile
-from cachepilot.sim.render import Request
+from cachepilot.sim.render import Request, render_request
 from cachepilot.tokens import TokenCounter, get_counter
-from cachepilot.traces import Session, load_paths
+from cachepilot.traces import Session, load_paths, split_system
 from cachepilot.usage import Usage
 
 __all__ = [
@@ -57,6 +56,7 @@ __all__ = [
     "calibrate",
     "calibrate_paths",
     "calibrate_session",
+    "estimate_hidden_prefix",
     "profile_for",
     "summarize",
 ]
@@ -230,13 +230,22 @@ def profile_for(session: Session) -> ProviderProfile:
     return get_profile(DEFAULT_PROFILE)
 
 
-def _split_system(messages: Sequence[Message]) -> tuple[str | None, list[Message]]:
-    head: list[str] = []
-    index = 0
-    while index < len(messages) and messages[index].role == "system":
-        head.append(messages[index].text)
-        index += 1
-    return ("\n\n".join(head) if head else None), list(messages[index:])
+def estimate_hidden_prefix(session: Session, counter: TokenCounter) -> int:
+    """Prompt tokens the first recorded call billed beyond what the trace shows (0 if unknown).
+
+    System prompts and tool schemas a trace did not record still cost tokens on every call;
+    the first call's recorded input minus our rendering of what it shows reveals their size.
+    """
+    system, body = split_system(session.messages)
+    offset = len(session.messages) - len(body)
+    first = next((i for i, m in enumerate(body) if m.role == "assistant"), None)
+    if first is None:
+        return 0
+    call = session.call_for(first + offset)
+    if call is None or call.usage is None or call.usage.input_tokens <= 0:
+        return 0
+    shown = render_request(Request(system, body[:first], session.tools), counter).total_tokens
+    return max(0, call.usage.input_tokens - shown)
 
 
 def calibrate_session(
@@ -260,17 +269,11 @@ def calibrate_session(
     elif isinstance(profile, str):
         profile = get_profile(profile)
     counter = counter or get_counter()
-    system, body = _split_system(session.messages)
+    system, body = split_system(session.messages)
     offset = len(session.messages) - len(body)
     calls = [i for i, m in enumerate(body) if m.role == "assistant"]
     if hidden_prefix_tokens is None:
-        hidden_prefix_tokens = 0
-        if calls:
-            first = session.call_for(calls[0] + offset)
-            if first is not None and first.usage is not None:
-                probe = CacheSimulator(profile, counter=counter)
-                shown = probe.render(Request(system, body[: calls[0]], session.tools)).total_tokens
-                hidden_prefix_tokens = max(0, first.usage.input_tokens - shown)
+        hidden_prefix_tokens = estimate_hidden_prefix(session, counter)
     sim = CacheSimulator(profile, counter=counter, hidden_prefix_tokens=hidden_prefix_tokens)
     rows: list[CallComparison] = []
     for ordinal, index in enumerate(calls):

@@ -20,7 +20,7 @@ from types import MappingProxyType
 
 from cachepilot.traces import claude_code, mini_swe_agent, openhands, swe_agent, tau_bench
 from cachepilot.traces.detect import detect_format
-from cachepilot.traces.session import RecordedCall, Session
+from cachepilot.traces.session import RecordedCall, Session, split_system
 
 __all__ = [
     "FORMATS",
@@ -31,6 +31,7 @@ __all__ = [
     "detect_format",
     "load_file",
     "load_paths",
+    "split_system",
 ]
 
 logger = logging.getLogger(__name__)

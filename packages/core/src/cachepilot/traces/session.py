@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cachepilot.messages import Message
 from cachepilot.usage import Usage
 
-__all__ = ["RecordedCall", "Session"]
+__all__ = ["RecordedCall", "Session", "split_system"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +60,13 @@ class Session:
     def assistant_indices(self) -> list[int]:
         """Indices of the assistant messages (the model calls)."""
         return [i for i, m in enumerate(self.messages) if m.role == "assistant"]
+
+
+def split_system(messages: Sequence[Message]) -> tuple[str | None, list[Message]]:
+    """Leading system messages become the system prompt; the rest is the conversation."""
+    head: list[str] = []
+    index = 0
+    while index < len(messages) and messages[index].role == "system":
+        head.append(messages[index].text)
+        index += 1
+    return ("\n\n".join(head) if head else None), list(messages[index:])
