@@ -30,9 +30,12 @@ __all__ = [
     "Candidate",
     "Decision",
     "MaintenanceConfig",
+    "Rates",
     "build_edits",
     "decide",
+    "fold_pays",
     "prune_candidates",
+    "rates",
     "stub_text",
 ]
 
@@ -213,6 +216,58 @@ class _Totals:
     edits: list[Candidate] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """The cost model's prices at one call."""
+
+    expected_calls: int
+    """Calls the session is expected to run after this one."""
+    saving_per_token: float
+    """USD a token removed from the history saves over those calls (it was a cache hit)."""
+    remiss_per_token: float
+    """USD a token costs once when an edit before it breaks the cached prefix."""
+
+
+def rates(config: MaintenanceConfig, price: Price, call: int) -> Rates:
+    """Cost-model rates at call `call` (remaining calls ≈ `horizon` × calls so far)."""
+    expected = max(
+        config.min_expected_calls, min(config.max_expected_calls, round(call * config.horizon))
+    )
+    hit = price.hit_per_m / 1e6
+    write_premium = max(0.0, price.effective_write_per_m - price.miss_per_m) / 1e6
+    return Rates(
+        expected_calls=expected,
+        saving_per_token=hit * expected,
+        remiss_per_token=price.miss_per_m / 1e6 - hit + write_premium,
+    )
+
+
+def fold_pays(
+    view: Sequence[Message],
+    counter: TokenCounter,
+    config: MaintenanceConfig,
+    price: Price,
+    call: int,
+) -> bool:
+    """True when folding everything between the task statement and the protected tail is
+    expected to save more over the remaining calls than the re-miss it causes."""
+    sizes = [counter.count_message(m) for m in view]
+    first_user = next((i for i, m in enumerate(view) if m.role == "user"), None)
+    if first_user is None:
+        return False
+    tail = 0
+    cut = len(sizes)
+    while cut > first_user + 1 and tail < config.fold_protect_tokens:
+        cut -= 1
+        tail += sizes[cut]
+    removed = sum(sizes[first_user + 1 : cut]) - config.fold_summary_tokens
+    if removed < config.fold_min_tokens:
+        return False
+    remiss = sum(sizes[first_user + 1 :]) - removed
+    rate = rates(config, price, call)
+    return removed * rate.saving_per_token > remiss * rate.remiss_per_token
+
+
 def decide(
     *,
     call: int,
@@ -251,18 +306,14 @@ def decide(
     if not config.enabled or not totals.edits or totals.first_index is None:
         return record, []
     remiss = sum(counter.count_message(m) for m in messages[totals.first_index :])
-    expected = max(
-        config.min_expected_calls, min(config.max_expected_calls, round(call * config.horizon))
-    )
-    hit = price.hit_per_m / 1e6
-    write_premium = max(0.0, price.effective_write_per_m - price.miss_per_m) / 1e6
-    cost_usd = remiss * (price.miss_per_m / 1e6 - hit + write_premium)
-    saving_usd = totals.removed * hit * expected
+    rate = rates(config, price, call)
+    cost_usd = remiss * rate.remiss_per_token
+    saving_usd = totals.removed * rate.saving_per_token
     record = record.model_copy(
         update={
             "removed_tokens": totals.removed,
             "remiss_tokens": remiss,
-            "expected_calls": expected,
+            "expected_calls": rate.expected_calls,
             "saving_usd": round(saving_usd, 6),
             "cost_usd": round(cost_usd, 6),
         }
@@ -286,8 +337,8 @@ def decide(
         edits=totals.edits,
         counter=counter,
         stub_tokens=stub_tokens,
-        saving_per_token=hit * expected,
-        remiss_per_token=price.miss_per_m / 1e6 - hit + write_premium,
+        saving_per_token=rate.saving_per_token,
+        remiss_per_token=rate.remiss_per_token,
     )
     if best is None:
         return record.model_copy(update={"reason": "saving does not pay for the re-miss"}), []

@@ -39,12 +39,12 @@ from cachepilot.maintenance import (
     MaintenanceConfig,
     build_edits,
     decide,
+    fold_pays,
     prune_candidates,
     stub_text,
 )
 from cachepilot.messages import KeyTracker, Message, pairing_issues
 from cachepilot.plan import Edit, Epoch, Plan, apply_plan, render_plan
-from cachepilot.pricing import Price
 from cachepilot.recall import RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA, recall
 from cachepilot.reduce import (
     IngestMemory,
@@ -493,8 +493,13 @@ class CachePilot:
             fold_reason = None
             if cfg.fold and remaining >= cfg.fold_trigger * window:
                 fold_reason = "fold-trigger"
-            elif cfg.fold and cfg.fold_by_cost and not edits:
-                fold_reason = self._fold_pays(view, counter, profile.price, state.calls)
+            elif (
+                cfg.fold
+                and cfg.fold_by_cost
+                and not edits
+                and fold_pays(view, counter, cfg, profile.price, state.calls)
+            ):
+                fold_reason = "cost-model-fold"
             if fold_reason is not None:
                 edits += self._fold_edits(
                     thread=thread,
@@ -526,35 +531,6 @@ class CachePilot:
         except Exception:
             logger.warning("thread %s: maintenance skipped after an error", thread, exc_info=True)
             return False
-
-    def _fold_pays(
-        self, view: Sequence[Message], counter: TokenCounter, price: Price, call: int
-    ) -> str | None:
-        """`"cost-model-fold"` when folding the history before the protected tail is expected
-        to save more over the remaining calls than the re-miss it causes, else None."""
-        cfg = self.config.maintenance
-        sizes = [counter.count_message(m) for m in view]
-        first_user = next((i for i, m in enumerate(view) if m.role == "user"), None)
-        if first_user is None:
-            return None
-        tail = 0
-        cut = len(sizes)
-        while cut > first_user + 1 and tail < cfg.fold_protect_tokens:
-            cut -= 1
-            tail += sizes[cut]
-        folded = sum(sizes[first_user + 1 : cut])
-        removed = folded - cfg.fold_summary_tokens
-        if removed < cfg.fold_min_tokens:
-            return None
-        remiss = sum(sizes[first_user + 1 :]) - removed
-        expected = max(
-            cfg.min_expected_calls, min(cfg.max_expected_calls, round(call * cfg.horizon))
-        )
-        hit = price.hit_per_m / 1e6
-        premium = max(0.0, price.effective_write_per_m - price.miss_per_m) / 1e6
-        saving = removed * hit * expected
-        cost = remiss * (price.miss_per_m / 1e6 - hit + premium)
-        return "cost-model-fold" if saving > cost else None
 
     def _fingerprint(self, tools: Sequence[Mapping[str, Any]]) -> str:
         """`tool_fingerprint`, memoised for the very tool objects the canonicalizer reuses."""
