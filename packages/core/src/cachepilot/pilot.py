@@ -133,6 +133,10 @@ class PilotState(BaseModel):
     """Tasks and work units with their states (what may be evicted)."""
     decisions: list[Decision] = Field(default_factory=list)
     """The latest scheduler decisions (bounded), for explanations."""
+    revision: int = 0
+    """Bumped by every change (ingest, prepare, recall, usage): of two copies of a thread's
+    state, the one with the higher revision is the newer (plugins merge parallel updates by
+    it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +204,23 @@ class CachePilot:
                 if self._store is None:
                     self._store = SQLiteArtifactStore(default_store_path())
         return self._store
+
+    @property
+    def has_store(self) -> bool:
+        """True when a store was given or the default one has been opened."""
+        return self._store is not None
+
+    def use_store_if_unset(self, store: ArtifactStore) -> bool:
+        """Install `store` unless the pilot already has one (given or opened).
+
+        Plugins call it to route artifacts to their framework's own store (e.g. a LangGraph
+        `BaseStore`) when the user did not choose one. Returns True when `store` was installed.
+        """
+        with self._store_lock:
+            if self._store is not None:
+                return False
+            self._store = store
+            return True
 
     def state(self, thread: str = "default") -> PilotState:
         """The live state of a thread (created empty on first use)."""
@@ -280,6 +301,7 @@ class CachePilot:
                 reduction = self._pipeline.run(
                     tool_name, parsed_args, call_id, result, state.ingest
                 )
+                state.revision += 1
         except Exception:
             logger.warning(
                 "reduction failed for tool %r call %s; output kept as is",
@@ -431,6 +453,7 @@ class CachePilot:
                 logger.info("thread %s: tool set changed (the cached prefix breaks here)", thread)
             state.tools_fingerprint = fingerprint
             state.calls += 1
+            state.revision += 1
             state.last_request_time = clock
         self._check_pairing(view, thread)
         return system, view, out_tools
@@ -637,6 +660,7 @@ class CachePilot:
             state.plan.epochs.append(
                 Epoch(index=len(state.plan.epochs), reason="context-length-error", edits=edits)
             )
+            state.revision += 1
             logger.warning("thread %s: emergency fold after a context-length error", thread)
             return True
 
@@ -746,6 +770,7 @@ class CachePilot:
             source = artifact.meta.get("source") if isinstance(artifact.meta, dict) else None
             with self._lock:
                 state.recalls += 1
+                state.revision += 1
                 memory = state.ingest
                 known = artifact.ref in memory.sources
                 # The ref opens the gate for this content, and for its source when the memory
@@ -799,6 +824,7 @@ class CachePilot:
         with self._lock:
             for key, value in usage.to_dict().items():
                 state.usage[key] = state.usage.get(key, 0) + value
+            state.revision += 1
 
 
 def _stub_tokens(candidate: Candidate) -> int:
