@@ -213,6 +213,11 @@ def _resolve_folds(
                 "fold %s..%s: range not in the transcript; skipped", edit.key, edit.last_key
             )
             continue
+        if end is None and start is not None and messages[start].text == edit.text:
+            # Already applied in the transcript itself: a framework persisted the fold by
+            # giving the summary the first folded message's id and removing the rest.
+            logger.debug("fold %s..%s: already in the transcript", edit.key, edit.last_key)
+            continue
         if start is None or end is None or end < start:
             logger.warning(
                 "fold %s..%s: range does not resolve in the transcript; skipped",

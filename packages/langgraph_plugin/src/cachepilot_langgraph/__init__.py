@@ -1,1 +1,46 @@
-"""cachepilot for LangGraph."""
+"""cachepilot for LangGraph and LangChain agents.
+
+* `CachePilotMiddleware`: middleware for `langchain.agents.create_agent` (needs the
+  `langchain` extra).
+* For hand-built `StateGraph`s: see the package README.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cachepilot_langgraph.convert import MessageConverter, to_langchain, tool_schema
+from cachepilot_langgraph.recall_tool import make_recall_tool
+from cachepilot_langgraph.state import (
+    PILOT_STATE_KEY,
+    PilotStateMixin,
+    newest_pilot_state,
+    sync_pilot_state,
+    thread_of,
+)
+
+if TYPE_CHECKING:
+    from cachepilot_langgraph.middleware import CachePilotMiddleware, CachePilotState
+
+__all__ = [
+    "PILOT_STATE_KEY",
+    "CachePilotMiddleware",
+    "CachePilotState",
+    "MessageConverter",
+    "PilotStateMixin",
+    "make_recall_tool",
+    "newest_pilot_state",
+    "sync_pilot_state",
+    "thread_of",
+    "to_langchain",
+    "tool_schema",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The middleware needs `langchain` (an optional extra): import it on first use.
+    if name in ("CachePilotMiddleware", "CachePilotState"):
+        from cachepilot_langgraph import middleware
+
+        return getattr(middleware, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
