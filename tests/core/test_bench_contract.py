@@ -177,7 +177,7 @@ def test_demo_command_prints_tables_and_writes_a_chart(
 ) -> None:
     chart = tmp_path / "demo.png"
     out_json = tmp_path / "demo.json"
-    assert main(["demo", "--plot", str(chart), "--json", str(out_json)]) == 0
+    assert main(["demo", "--engine", "bench", "--plot", str(chart), "--json", str(out_json)]) == 0
     printed = capsys.readouterr().out
     assert "input cost per call" in printed and " sum " in printed
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -312,3 +312,28 @@ def test_default_pilot_uses_the_graph_store(scripted, tmp_path, monkeypatch) -> 
     found = graph_store.search(("cachepilot", "artifacts", "g"))
     assert found, "artifacts went to the graph's BaseStore"
     assert not list(tmp_path.glob("*.sqlite*")), "the default SQLite store was not opened"
+
+
+def test_parallel_tool_calls_merge_pilot_state(scripted) -> None:
+    pilot = _pilot()
+
+    def respond(messages: list[BaseMessage], i: int) -> AIMessage:
+        if i == 0:
+            return AIMessage(
+                content="",
+                tool_calls=[
+                    {"name": "run_command", "args": {"command": f"job {k}"}, "id": f"p{k}"}
+                    for k in range(3)
+                ],
+            )
+        return AIMessage(content="done")
+
+    agent = _agent(scripted(respond), pilot)
+    config = {"configurable": {"thread_id": "par"}}
+    agent.invoke({"messages": [HumanMessage("go")]}, config)
+    saved = agent.get_state(config).values
+    results = [m for m in saved["messages"] if isinstance(m, ToolMessage)]
+    assert len(results) == 3 and all(REF.search(str(m.content)) for m in results)
+    # Of the three parallel copies, the newest (all three ingestions) is in graph state.
+    assert saved["cachepilot"]["revision"] == pilot.state("par").revision
+    assert len(pilot.store.list("par")) == 3

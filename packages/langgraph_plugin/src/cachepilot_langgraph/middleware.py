@@ -39,7 +39,6 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
-    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
@@ -51,8 +50,8 @@ from langgraph.types import Command
 
 from cachepilot import CachePilot
 from cachepilot.fold import is_context_length_error
-from cachepilot.messages import Message, message_keys
-from cachepilot.plan import render_plan
+from cachepilot.messages import Message
+from cachepilot.plan import Plan
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.usage import Usage
 from cachepilot_langgraph.convert import (
@@ -63,6 +62,7 @@ from cachepilot_langgraph.convert import (
     to_langchain,
     tool_schema,
 )
+from cachepilot_langgraph.persist import persisted_edits
 from cachepilot_langgraph.recall_tool import make_recall_tool
 from cachepilot_langgraph.state import (
     PILOT_STATE_KEY,
@@ -79,7 +79,8 @@ logger = logging.getLogger(__name__)
 class CachePilotState(AgentState[Any]):
     """Agent state with the thread's pilot state (merged by revision)."""
 
-    cachepilot: NotRequired[Annotated[dict[str, Any] | None, newest_pilot_state, OmitFromInput]]
+    # The reducer must be the last annotation: LangGraph reads only `__metadata__[-1]`.
+    cachepilot: NotRequired[Annotated[dict[str, Any] | None, OmitFromInput, newest_pilot_state]]
 
 
 @dataclass(slots=True)
@@ -214,35 +215,10 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         return Prepared(request.override(**overrides), thread, edits, core, system, schemas)
 
     def _persisted_edits(
-        self, messages: Sequence[BaseMessage], core: Sequence[Message], plan: Any
+        self, messages: Sequence[BaseMessage], core: Sequence[Message], plan: Plan
     ) -> list[BaseMessage]:
         """Same-id replacements and removals that turn state into the planned view."""
-        keys = message_keys(core)
-        index = {k: i for i, k in enumerate(keys)}
-        rendered = render_plan(core, plan, keys)
-        out: list[BaseMessage] = []
-        for view_msg, (first, last) in zip(rendered.messages, rendered.spans, strict=True):
-            start, end = index.get(first), index.get(last)
-            if start is None or end is None:
-                continue
-            base = messages[start]
-            if start == end:
-                if view_msg is core[start]:
-                    continue
-                if base.id is None:
-                    logger.debug("message without id: its edit cannot be persisted")
-                    continue
-                out.append(to_langchain(view_msg, self._converter, {base.id: base}))
-                continue
-            # A fold: the summary takes the first folded message's id (and so its place);
-            # the rest of the range is removed by id.
-            if any(m.id is None for m in messages[start : end + 1]):
-                logger.warning("a folded message has no id; the fold is not persisted")
-                continue
-            summary = to_langchain(view_msg, self._converter)
-            out.append(summary.model_copy(update={"id": base.id}))
-            out.extend(RemoveMessage(id=str(m.id)) for m in messages[start + 1 : end + 1])
-        return out
+        return persisted_edits(messages, core, plan, self._converter)
 
     def _prepare(self, request: ModelRequest[Any]) -> Prepared:
         thread, core = self._sync_and_inputs(request)

@@ -1,0 +1,65 @@
+"""`cachepilot demo`: the built-in session through a real create_agent agent (ChatOpenAI over
+real HTTP to the replay provider), with and without the middleware."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from cachepilot.cli import main
+from cachepilot.demo_workload import build_demo_session
+from cachepilot.sim.replay import ReplayProvider, ReplayScript
+from cachepilot_langgraph.demo import run_demo
+
+
+def test_demo_command_runs_a_real_agent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = tmp_path / "demo.png"
+    out_json = tmp_path / "demo.json"
+    assert main(["demo", "--plot", str(chart), "--json", str(out_json)]) == 0
+    printed = capsys.readouterr().out
+    assert "create_agent" in printed and "input cost ratio" in printed
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = json.loads(out_json.read_text())
+    vanilla, ours = doc["runs"]["vanilla"], doc["runs"]["cachepilot"]
+    session = build_demo_session()
+    calls = len(session.assistant_indices)
+    assert vanilla["calls"] == ours["calls"] == calls
+    # The system prompt changes every call: without cachepilot nothing is ever cached.
+    assert vanilla["hit_rate"] == 0.0 and vanilla["prefix_breaks"] == calls - 1
+    assert ours["hit_rate"] > 0.8
+    assert ours["prefix_breaks"] <= ours["maintenance_epochs"] + 1  # + the idle-gap expiry
+    assert doc["ratio_input_cost"] < 0.2
+    # Same recorded turns, same tools: both agents end with the same two answers.
+    assert vanilla["final_answers"] == ours["final_answers"]
+    assert len(vanilla["final_answers"]) == 2
+    # The framework run and the bench replay of the same session agree on vanilla exactly.
+    assert doc["predicted_input_cost_usd"]["vanilla"] == pytest.approx(
+        vanilla["input_cost_usd"], rel=1e-3
+    )
+
+
+def test_live_path_uses_the_endpoint_and_its_usage(monkeypatch: pytest.MonkeyPatch) -> None:
+    session = build_demo_session()
+    script = ReplayScript.from_session(session)
+    doubled = dataclasses.replace(script, turns=tuple(script.turns) * 2, prompts=())
+    with ReplayProvider(doubled) as provider:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+        monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
+        report = run_demo(live=True, predict=False, session=session)
+        served = provider.records
+    n = len(session.assistant_indices)
+    assert len(served) == 2 * n
+    ours = report.runs["cachepilot"]
+    assert [c.cached_tokens for c in ours.calls] == [r.usage.cached_tokens for r in served[n:]]
+    assert report.mode == "live" and ours.calls[0].prefix_extends is None
+
+
+def test_live_without_a_key_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["demo", "--live"]) == 2
+    assert "OPENAI_API_KEY" in capsys.readouterr().err
