@@ -36,9 +36,11 @@ def test_demo_command_runs_a_real_agent(tmp_path: Path, capsys: pytest.CaptureFi
     assert vanilla["final_answers"] == ours["final_answers"]
     assert len(vanilla["final_answers"]) == 2
     # The framework run and the bench replay of the same session agree on vanilla exactly.
-    assert doc["predicted_input_cost_usd"]["vanilla"] == pytest.approx(
-        vanilla["input_cost_usd"], rel=1e-3
-    )
+    # The framework run and the bench replay of the same session agree (the bench's recall
+    # round trips are reported apart: a replayed model never recalls).
+    predicted = doc["predicted_input_cost_usd"]
+    assert predicted["vanilla"] == pytest.approx(vanilla["input_cost_usd"], rel=1e-3)
+    assert predicted["cachepilot"] == pytest.approx(ours["input_cost_usd"], rel=0.02)
 
 
 def test_live_path_uses_the_endpoint_and_its_usage(monkeypatch: pytest.MonkeyPatch) -> None:

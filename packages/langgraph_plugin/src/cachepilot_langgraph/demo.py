@@ -373,7 +373,15 @@ def _bench_prediction(session: Session, provider_profile: str) -> dict[str, floa
     results = run_bench(
         [session], ["vanilla", "cachepilot"], BenchConfig(provider=provider_profile, workers=1)
     )
-    return {r.strategy: sum(c.input_cost_usd for c in r.calls) for r in results}
+    out: dict[str, float] = {}
+    for r in results:
+        out[r.strategy] = sum(c.input_cost_usd for c in r.calls if c.kind != "round_trip")
+        # The bench also charges a fetch for each fact the view lost; a replayed agent never
+        # recalls, so those are reported apart.
+        fetches = sum(c.input_cost_usd for c in r.calls if c.kind == "round_trip")
+        if fetches:
+            out[f"{r.strategy}_round_trips"] = fetches
+    return out
 
 
 def format_report(report: DemoReport) -> str:
@@ -412,10 +420,12 @@ def format_report(report: DemoReport) -> str:
     lines.append(f"input cost ratio cachepilot/vanilla: {report.ratio:.3f}")
     if report.predicted_input_cost_usd:
         pred = report.predicted_input_cost_usd
-        lines.append(
-            "cachepilot bench predicts for the same session: "
-            + ", ".join(f"{k} ${v:.4f}" for k, v in pred.items())
-        )
+        parts = [f"{k} ${v:.4f}" for k, v in pred.items() if not k.endswith("_round_trips")]
+        line = "cachepilot bench predicts for the same session: " + ", ".join(parts)
+        fetches = pred.get("cachepilot_round_trips")
+        if fetches:
+            line += f" (plus ${fetches:.4f} it charges for recall round trips)"
+        lines.append(line)
     return "\n".join(lines)
 
 
