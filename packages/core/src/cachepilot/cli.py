@@ -80,14 +80,39 @@ def _build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="run the built-in demo session through every strategy (no API key needed)",
-        description="Replays the built-in coding session (two tasks, volatile system prompt, "
-        "large reads, logs, HTML) through every strategy on the simulated provider, prints a "
-        "per-call and a total cost table and writes a PNG chart.",
+        help="run the built-in demo session through a real agent, with and without cachepilot",
+        description="Runs the built-in coding session (two tasks, volatile system prompt, "
+        "large reads, logs, HTML) through a real LangChain create_agent agent (ChatOpenAI) "
+        "with and without CachePilotMiddleware. The model is the embedded replay provider "
+        "(recorded turns, usage from the cache simulator on the bodies the framework sent; "
+        "no API key) unless --live is given. Prints a per-call and a total cost table and "
+        "writes a PNG chart. --engine bench replays every strategy in the simulator instead.",
     )
     demo.add_argument("--plot", default="cachepilot-demo.png", metavar="FILE")
     demo.add_argument("--provider", default=DEFAULT_PROFILE, choices=sorted(PROFILES))
     demo.add_argument("--json", dest="json_path", metavar="FILE")
+    demo.add_argument(
+        "--engine",
+        choices=("agent", "bench"),
+        default="agent",
+        help="agent: a real create_agent agent (needs cachepilot-langgraph[langchain]); "
+        "bench: every strategy in the simulator",
+    )
+    demo.add_argument(
+        "--live",
+        action="store_true",
+        help="use a real OpenAI-compatible endpoint (OPENAI_API_KEY, optional OPENAI_BASE_URL)",
+    )
+    demo.add_argument("--model", default="gpt-5.4-mini", help="model name sent to the endpoint")
+
+    from cachepilot.audit.cli import add_audit_parser
+    from cachepilot.inspect_state import add_inspect_parser
+
+    add_audit_parser(sub)
+    add_inspect_parser(sub)
+    from cachepilot.compress.cli import add_optimize_parser
+
+    add_optimize_parser(sub)
     return parser
 
 
@@ -153,6 +178,39 @@ PER_CALL_COLUMNS = (
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.engine == "agent" or args.live:
+        try:
+            from cachepilot_langgraph.demo import format_report, run_demo, write_chart
+        except ImportError as exc:
+            if args.live:
+                err.write(f"--live needs cachepilot-langgraph[langchain]: {exc}\n")
+                return 2
+            err.write(
+                f"the agent demo needs cachepilot-langgraph[langchain] ({exc}); "
+                "running the simulator demo instead\n"
+            )
+        else:
+            try:
+                report = run_demo(provider_profile=args.provider, live=args.live, model=args.model)
+            except ValueError as exc:
+                err.write(f"{exc}\n")
+                return 2
+            out.write(format_report(report) + "\n")
+            if args.json_path:
+                Path(args.json_path).write_text(
+                    json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8"
+                )
+                out.write(f"wrote {args.json_path}\n")
+            try:
+                write_chart(report, args.plot)
+                out.write(f"wrote {args.plot}\n")
+            except ValueError as exc:
+                err.write(f"no chart: {exc}\n")
+            return 0
+    return _cmd_demo_bench(args, out, err)
+
+
+def _cmd_demo_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from cachepilot.bench import ALL_STRATEGIES, BenchConfig, run_bench
     from cachepilot.bench.plot import write_plot
     from cachepilot.bench.report import format_table, summarize
@@ -201,7 +259,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    handlers = {"bench": _cmd_bench, "demo": _cmd_demo}
+    from cachepilot.audit.cli import cmd_audit
+    from cachepilot.inspect_state import cmd_inspect
+
+    handlers = {"bench": _cmd_bench, "demo": _cmd_demo, "audit": cmd_audit, "inspect": cmd_inspect}
+    from cachepilot.compress.cli import cmd_optimize
+
+    handlers["optimize-guideline"] = cmd_optimize
     try:
         return handlers[args.command](args, sys.stdout, sys.stderr)
     except ValueError as exc:

@@ -68,16 +68,17 @@ would be empty):
 
 ## Goal
 The user's task and its success criteria, in the user's own words where possible.
-## Done
-What has been completed, with its outcome (tests passing, files changed, results found).
-## Open work
-What remains, as a short to-do list in order, the very next step first.
-## Facts
+## Reasoning so far
+The current understanding of the problem: what was tried and learned, the hypothesis being \
+worked on, choices made with the reason for each, approaches rejected and why.
+## Variables
 Exact values the work depends on: file paths, identifiers, names, numbers, URLs, commands \
 with their flags, versions, configuration. Copy them verbatim; never paraphrase a value.
-## Decisions
-Choices made and the reason for each; approaches that were rejected, and why.
-## Errors and guardrails
+## Completed
+What has been done, with its outcome (tests passing, files changed, results found).
+## To-do
+What remains, as a short ordered list, the very next step first.
+## Guardrails
 Errors met and how they were resolved (or that they are still open); constraints and \
 instructions from the user or the environment that must keep being followed.
 
@@ -350,7 +351,9 @@ class ChatModelSummarizer:
 
     Args:
         model: the chat model or client.
-        guideline: what the summary must contain.
+        guideline: what the summary must contain: text, or a history
+            `cachepilot.compress.Guideline` (e.g. `load_guideline("swe.json")`, one file per
+            environment, as written by `cachepilot optimize-guideline`).
         max_tokens: output limit (`max_completion_tokens` for a client; `.bind(max_tokens=)`
             for a LangChain model); None leaves the model's default.
         mode: `suffix` when `model` is the agent's own model (bound with the agent's tools),
@@ -368,7 +371,7 @@ class ChatModelSummarizer:
         self,
         model: Any,
         *,
-        guideline: str = DEFAULT_GUIDELINE,
+        guideline: str | Any = DEFAULT_GUIDELINE,
         max_tokens: int | None = 2_000,
         mode: FoldMode = "standalone",
         model_name: str | None = None,
@@ -392,7 +395,7 @@ class ChatModelSummarizer:
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         self.model = model
-        self.guideline = guideline
+        self.guideline: str = _guideline_text(guideline)
         self.max_tokens = max_tokens
         self.mode: FoldMode = mode
         self.model_name = model_name
@@ -458,6 +461,21 @@ class ChatModelSummarizer:
         else:
             result = await asyncio.to_thread(runnable.invoke, payload)
         return _content_text(getattr(result, "content", None)).strip()
+
+
+def _guideline_text(guideline: object) -> str:
+    """The text of a guideline given as text or as a `compress.Guideline` (duck-typed)."""
+    text: object = guideline
+    if not isinstance(guideline, str):
+        target = getattr(guideline, "target", None)
+        text = getattr(guideline, "text", None)
+        if target not in (None, "history"):
+            raise ValueError(f"a {target} guideline cannot guide history summaries")
+    if not isinstance(text, str):
+        raise ValueError(f"guideline must be a str or a Guideline, not {type(guideline).__name__}")
+    if not text.strip():
+        raise ValueError("guideline must not be empty")
+    return text.strip()
 
 
 def _close(awaitable: Awaitable[Any]) -> None:

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -61,6 +61,9 @@ from cachepilot.refs import make_ref
 from cachepilot.sim import get_profile
 from cachepilot.tokens import DEFAULT_ENCODING, TokenCounter, get_counter
 from cachepilot.usage import Usage
+
+if TYPE_CHECKING:
+    from cachepilot.compress import ObservationCompressor
 
 __all__ = ["CachePilot", "Config", "IngestReport", "PilotState"]
 
@@ -167,6 +170,9 @@ class CachePilot:
             asks a chat model which work is finished).
         summarizer: what writes fold summaries; the zero-LLM resume block when omitted
             (`fold.ChatModelSummarizer` wraps any LangChain chat model or OpenAI client).
+        compressor: optional `compress.ObservationCompressor`: a model compresses large tool
+            outputs at ingestion (never already-sent history); the rule passes apply when it
+            is absent, declines or fails.
     """
 
     def __init__(
@@ -176,6 +182,7 @@ class CachePilot:
         store: ArtifactStore | None = None,
         estimator: Estimator | None = None,
         summarizer: Summarizer | None = None,
+        compressor: ObservationCompressor | None = None,
     ) -> None:
         self.config = config or Config()
         self._store = store
@@ -191,6 +198,7 @@ class CachePilot:
         self._fingerprints: dict[tuple[int, ...], tuple[tuple[Mapping[str, Any], ...], str]] = {}
         self._estimator: Estimator = estimator or RuleEstimator()
         self._summarizer = summarizer
+        self._compressor = compressor
         # The recall tool's schema with sorted keys, one object per pilot (sent every call).
         self._recall_tool: dict[str, Any] = canonicalize_tool(RECALL_TOOL_SCHEMA)
 
@@ -296,11 +304,21 @@ class CachePilot:
                 reason="decoded",
                 saved=(),
             )
+        compressed = None
+        if self._compressor is not None:
+            try:  # outside the lock: a model call must not hold up other threads
+                compressed = self._compressor.compress(
+                    tool_name, parsed_args, call_id, result, thread=thread,
+                    memory=state.ingest, reduce_config=self.config.reduction, store=self.store,
+                )  # fmt: skip
+            except Exception:
+                logger.warning("observation compressor unavailable; rule passes apply")
         try:
             with self._lock:
                 reduction = self._pipeline.run(
-                    tool_name, parsed_args, call_id, result, state.ingest
-                )
+                    tool_name, parsed_args, call_id, result, state.ingest,
+                    compressed=compressed.text if compressed is not None else None,
+                )  # fmt: skip
                 state.revision += 1
         except Exception:
             logger.warning(
@@ -334,6 +352,7 @@ class CachePilot:
             call_id=call_id,
             reason=reduction.reason or (steps[-1] if steps else "reduced"),
             saved=saved,
+            extra_meta=compressed.meta if compressed is not None else None,
         )
         if report.ref is not None and reduction.ref is not None and report.ref != reduction.ref:
             logger.error(
@@ -355,6 +374,7 @@ class CachePilot:
         call_id: str,
         reason: str,
         saved: tuple[tuple[str, int], ...],
+        extra_meta: Mapping[str, Any] | None = None,
     ) -> IngestReport:
         """Archive `result.original`; the report of `text` naming its ref (or, when the store
         fails, of the output passed through whole)."""
@@ -369,6 +389,7 @@ class CachePilot:
             "reduced_chars": len(text),
             "reason": reason,
             "kind": result.kind,
+            **(extra_meta or {}),
         }
         try:
             ref = self.store.put(thread, result.original, meta=meta, media_type=result.media_type)
@@ -404,6 +425,7 @@ class CachePilot:
         thread: str = "default",
         *,
         now: float | None = None,
+        maintain: bool = True,
     ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
         """Build the request of one model call: (system, messages, tools).
 
@@ -411,11 +433,14 @@ class CachePilot:
         (`now` matters only for the cold-cache rule; pass the framework's request time to
         replay exactly, else the wall clock is used). Inputs are never mutated; unchanged
         messages are returned as the same objects, and the returned tool dicts are shared
-        between calls: treat them as read-only.
+        between calls: treat them as read-only. With `maintain=False` the scheduler is not
+        asked (a graph whose maintenance node already called `maintain` for this call).
         """
         _check_thread(thread)
         _check_request(system, messages, tools)
         state = self.state(thread)
+        if self._compressor is not None:
+            self._compressor.note_history(thread, messages)  # context for later compressions
         with self._lock:
             # The recall tool joins before canonicalization: it is ordered and key-sorted like
             # every other tool, and part of the tool set from the first call on.
@@ -431,7 +456,7 @@ class CachePilot:
             view = apply_plan(canon_messages, state.plan, keys)
             clock = time.time() if now is None else now
             idle = None if state.last_request_time is None else clock - state.last_request_time
-            if self._maintain(
+            if maintain and self._maintain(
                 thread=thread,
                 state=state,
                 messages=messages,
@@ -457,6 +482,55 @@ class CachePilot:
             state.last_request_time = clock
         self._check_pairing(view, thread)
         return system, view, out_tools
+
+    def maintain(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] = (),
+        thread: str = "default",
+        *,
+        now: float | None = None,
+    ) -> bool:
+        """Ask the scheduler only: append a maintenance epoch if this call should be one.
+
+        For graphs with a maintenance step before the model step: call `maintain` there and
+        `prepare(..., maintain=False)` for the model call itself. Returns True when an epoch
+        was appended. Never raises on a scheduler failure (it is logged).
+        """
+        _check_thread(thread)
+        _check_request(system, messages, tools)
+        state = self.state(thread)
+        raw_system = system
+        with self._lock:
+            in_tools = self._with_recall(tools)
+            if self.config.canonicalize:
+                scratch = state.canonical.model_copy(deep=True)
+                system, canon_messages, out_tools = self._canonicalizer.apply(
+                    raw_system, messages, in_tools, scratch
+                )
+            else:
+                canon_messages, out_tools = list(messages), in_tools
+            keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
+            clock = time.time() if now is None else now
+            idle = None if state.last_request_time is None else clock - state.last_request_time
+            appended = self._maintain(
+                thread=thread,
+                state=state,
+                messages=messages,
+                canon_messages=canon_messages,
+                keys=keys,
+                system=system,
+                tools=out_tools,
+                idle=idle,
+            )
+            if appended and self.config.canonicalize:
+                # Frozen volatile values refresh at maintenance points only.
+                self._canonicalizer.apply(
+                    raw_system, messages, in_tools, state.canonical, maintenance=True
+                )
+            state.revision += 1  # decisions and the lifecycle change even without an epoch
+            return appended
 
     def _maintain(
         self,
@@ -721,6 +795,7 @@ class CachePilot:
         thread: str = "default",
         *,
         now: float | None = None,
+        maintain: bool = True,
     ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
         """Async twin of `prepare`, run in a worker thread.
 
@@ -728,7 +803,21 @@ class CachePilot:
         running it off the event loop keeps the loop free (summarizers are called through
         their sync `summarize`).
         """
-        return await asyncio.to_thread(self.prepare, system, messages, tools, thread, now=now)
+        return await asyncio.to_thread(
+            self.prepare, system, messages, tools, thread, now=now, maintain=maintain
+        )
+
+    async def amaintain(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] = (),
+        thread: str = "default",
+        *,
+        now: float | None = None,
+    ) -> bool:
+        """Async twin of `maintain` (a fold may call a model: run off the event loop)."""
+        return await asyncio.to_thread(self.maintain, system, messages, tools, thread, now=now)
 
     def _with_recall(self, tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Shallow copies of `tools`, plus the recall tool when it is on and not there yet."""

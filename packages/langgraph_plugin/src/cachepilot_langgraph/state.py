@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Annotated, Any, NotRequired, TypedDict
+from typing import Annotated, Any, NotRequired
 
 from langchain_core.runnables import RunnableConfig
+
+# LangGraph's `MessagesState` is a typing_extensions TypedDict; on Python < 3.12 it cannot be
+# combined with a `typing.TypedDict`.
+from typing_extensions import TypedDict
 
 from cachepilot import CachePilot
 

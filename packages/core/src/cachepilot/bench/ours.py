@@ -9,7 +9,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext, StatefulStrategy
+from cachepilot.bench.strategy import (
+    CallContext,
+    ExtraCall,
+    PreparedCall,
+    SessionContext,
+    StatefulStrategy,
+)
+from cachepilot.compress import (
+    CompressorCall,
+    CompressorConfig,
+    ObservationCompressor,
+    StandInCompressor,
+)
 from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import Message
 from cachepilot.pilot import CachePilot, Config
@@ -17,6 +29,7 @@ from cachepilot.pilot import CachePilot, Config
 LOGICAL_STEP_SECONDS = 10.0
 
 __all__ = [
+    "CachePilotLLM",
     "CachePilotNoCanonical",
     "CachePilotNoEvict",
     "CachePilotNoReduce",
@@ -34,17 +47,21 @@ class CachePilotStrategy(StatefulStrategy):
     def __init__(self, config: Config | None = None) -> None:
         super().__init__()
         self.config = config or Config()
-        self.pilot = CachePilot(self.config, store=InMemoryArtifactStore())
+        self.pilot = self._make_pilot()
         self._calls: dict[str, tuple[str, str]] = {}
         self._stats: dict[str, float] = {}
         self._now = -LOGICAL_STEP_SECONDS
 
     def start(self, session: SessionContext) -> None:
         super().start(session)
-        self.pilot = CachePilot(self.config, store=InMemoryArtifactStore())
+        self.pilot = self._make_pilot()
         self._calls = {}
         self._stats = {}
         self._now = -LOGICAL_STEP_SECONDS
+
+    def _make_pilot(self) -> CachePilot:
+        """A fresh pilot for a session (subclasses add components)."""
+        return CachePilot(self.config, store=InMemoryArtifactStore())
 
     def _clock(self, timestamp: float | None) -> float:
         # Calls without a time follow the previous one by 10 s, as in the simulator.
@@ -155,3 +172,51 @@ class CachePilotNoSchedule(CachePilotStrategy):
 
     def __init__(self) -> None:
         super().__init__(Config(maintenance=MaintenanceConfig(schedule="fixed")))
+
+
+class CachePilotLLM(CachePilotStrategy):
+    """cachepilot with the observation compressor on (`compress.ObservationCompressor`).
+
+    The compressor model is `StandInCompressor` (deterministic, offline); every compression
+    prompt and answer is billed as an `ExtraCall` (purpose `compress`) before the call that
+    follows the ingestion, through the same simulated provider, so the cost of compression
+    is part of the comparison.
+    """
+
+    name = "cachepilot-llm"
+
+    def __init__(
+        self, config: Config | None = None, compressor_config: CompressorConfig | None = None
+    ) -> None:
+        self.compressor_config = compressor_config or CompressorConfig()
+        self._pending: list[CompressorCall] = []
+        super().__init__(config)
+
+    def _make_pilot(self) -> CachePilot:
+        self._pending = []
+        counter = self.session.counter if self.session is not None else None
+        compressor = ObservationCompressor(
+            StandInCompressor(counter=counter),
+            config=self.compressor_config,
+            on_call=self._pending.append,
+        )
+        return CachePilot(self.config, store=InMemoryArtifactStore(), compressor=compressor)
+
+    def prepare(self, call: CallContext) -> PreparedCall:
+        prepared = super().prepare(call)
+        if not self._pending:
+            return prepared
+        counter = self.ctx.counter
+        extra = [
+            ExtraCall(
+                system=c.system,
+                messages=(Message(role="user", content=c.prompt),),
+                output_tokens=max(1, counter.count(c.answer)),
+                purpose="compress",
+            )
+            for c in self._pending
+        ]
+        self._count("compressor_calls", len(extra))
+        self._count("compressor_output_tokens", sum(e.output_tokens for e in extra))
+        self._pending.clear()
+        return replace(prepared, extra_calls=(*prepared.extra_calls, *extra))

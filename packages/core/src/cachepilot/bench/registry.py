@@ -9,6 +9,7 @@ from cachepilot.bench.strategy import Strategy
 
 __all__ = [
     "ALL_STRATEGIES",
+    "OPTIONAL_STRATEGIES",
     "OUR_STRATEGIES",
     "PEER_STRATEGIES",
     "available_strategies",
@@ -29,6 +30,7 @@ _TARGETS: dict[str, str] = {
     "cachepilot-no-reduce": "cachepilot.bench.ours:CachePilotNoReduce",
     "cachepilot-no-evict": "cachepilot.bench.ours:CachePilotNoEvict",
     "cachepilot-no-schedule": "cachepilot.bench.ours:CachePilotNoSchedule",
+    "cachepilot-llm": "cachepilot.bench.ours:CachePilotLLM",
 }
 
 PEER_STRATEGIES: tuple[str, ...] = (
@@ -48,6 +50,8 @@ OUR_STRATEGIES: tuple[str, ...] = (
 )
 ALL_STRATEGIES: tuple[str, ...] = ("vanilla", *PEER_STRATEGIES, *OUR_STRATEGIES)
 """Every strategy `cachepilot bench` runs when none is named, in report order."""
+OPTIONAL_STRATEGIES: tuple[str, ...] = ("cachepilot-llm",)
+"""Strategies run only when named: options a user turns on (the observation compressor)."""
 
 
 def available_strategies() -> list[str]:

@@ -33,10 +33,17 @@ from cachepilot.reduce.memory import (
 )
 from cachepilot.reduce.normalize import ResultKind, ToolResult, normalize_output
 from cachepilot.reduce.passes import PASSES, PASSES_BY_NAME, PassContext, ReductionPass
-from cachepilot.reduce.pipeline import Pipeline, Reduction, StepReport, default_pipeline
+from cachepilot.reduce.pipeline import (
+    COMPRESS_STEP,
+    Pipeline,
+    Reduction,
+    StepReport,
+    default_pipeline,
+)
 from cachepilot.reduce.stubs import NO_OUTPUT, REDUCED_STUB_RE, recall_call, reduced_stub
 
 __all__ = [
+    "COMPRESS_STEP",
     "NO_OUTPUT",
     "PASSES",
     "PASSES_BY_NAME",

@@ -13,12 +13,19 @@ from cachepilot.reduce.memory import IngestMemory, call_signature, coerce_args, 
 from cachepilot.reduce.normalize import ResultKind, ToolResult, normalize_output
 from cachepilot.reduce.passes import PASSES, PassContext, ReductionPass
 from cachepilot.reduce.passes.size import head_tail_preview
-from cachepilot.reduce.stubs import NO_OUTPUT, blank_stub
+from cachepilot.reduce.stubs import NO_OUTPUT, blank_stub, compressed_note
 from cachepilot.refs import make_ref
 
-__all__ = ["Pipeline", "Reduction", "StepReport", "default_pipeline"]
+__all__ = ["COMPRESS_STEP", "Pipeline", "Reduction", "StepReport", "default_pipeline"]
 
 logger = logging.getLogger(__name__)
+
+COMPRESS_STEP = "llm_compress"
+"""Step name of a model-compressed output (see `cachepilot.compress`)."""
+# A model-compressed text replaces the output right before the size gate: after the pointer
+# stubs (a repeated output stays a pointer) and the cleanups, before the gate and the notes.
+_AFTER_COMPRESS = frozenset({"size_gate", "invalid_utf8", "loop_note", "hard_cap"})
+_POINTERS = frozenset({"binary", "image", "loop_stub", "superseded_read", "duplicate"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +107,8 @@ class Pipeline:
         call_id: str,
         result: ToolResult | object,
         memory: IngestMemory | None = None,
+        *,
+        compressed: str | None = None,
     ) -> Reduction:
         """Reduce one tool result and record it in `memory`. Total: never raises.
 
@@ -109,6 +118,10 @@ class Pipeline:
             call_id: the tool call id (named by pointer stubs).
             result: a `normalize_output` result (anything else is normalized first).
             memory: the thread's `IngestMemory` (updated in place); a fresh one when None.
+            compressed: a model's compression of this output (`cachepilot.compress`): it
+                replaces the text before the size gate (step `llm_compress`, with a recall
+                note) unless a pointer stub fired, the recall gate is open, or the rules
+                already made the text shorter.
         """
         try:
             normalized = result if isinstance(result, ToolResult) else normalize_output(result)
@@ -117,7 +130,7 @@ class Pipeline:
         try:
             return self._run(
                 str(tool_name), args, "" if call_id is None else str(call_id), normalized,
-                memory if memory is not None else IngestMemory(),
+                memory if memory is not None else IngestMemory(), compressed=compressed,
             )  # fmt: skip
         except Exception as exc:
             self._warn("pipeline", exc)
@@ -130,6 +143,8 @@ class Pipeline:
         call_id: str,
         result: ToolResult,
         memory: IngestMemory,
+        *,
+        compressed: str | None = None,
     ) -> Reduction:
         config = self.config
         args = coerce_args(raw_args)
@@ -163,7 +178,7 @@ class Pipeline:
             gate_open=memory.gate_open(source, ref, config.gate_threshold),
         )
         steps: list[StepReport] = []
-        text = self._apply_passes(result.text, ctx, steps)
+        text = self._apply_passes(result.text, ctx, steps, compressed)
         if not text:
             text = NO_OUTPUT if not result.text else blank_stub(ref)
         lossy = result.kind != "empty" and (text != result.text or not result.exact)
@@ -199,11 +214,20 @@ class Pipeline:
             return False
         return not (ctx.gate_open and not step.lossless and not step.mandatory)
 
-    def _apply_passes(self, initial: str, ctx: PassContext, steps: list[StepReport]) -> str:
+    def _apply_passes(
+        self,
+        initial: str,
+        ctx: PassContext,
+        steps: list[StepReport],
+        compressed: str | None = None,
+    ) -> str:
         text = initial
         too_big: list[ReductionPass] = []
         max_scan = self.config.max_scan_chars
         for step in self.passes:
+            if compressed is not None and step.name in _AFTER_COMPRESS:
+                text = self._apply_compressed(compressed, text, ctx, steps)
+                compressed = None
             if not self._eligible(step, ctx):
                 continue
             if step.scans and len(text) > max_scan:
@@ -215,7 +239,24 @@ class Pipeline:
             for step in too_big:
                 if step.lossless:
                     text = self._apply_one(step, text, initial, ctx, steps)
+        if compressed is not None:
+            text = self._apply_compressed(compressed, text, ctx, steps)
         return text
+
+    @staticmethod
+    def _apply_compressed(
+        compressed: str, text: str, ctx: PassContext, steps: list[StepReport]
+    ) -> str:
+        if ctx.gate_open or ctx.result.kind not in ("text", "json") or not compressed.strip():
+            return text
+        if any(s.pass_name in _POINTERS for s in steps):
+            return text
+        body = compressed.strip()
+        out = f"{body}\n{compressed_note(len(ctx.result.text), len(body), ctx.ref)}"
+        if len(out) >= len(text):
+            return text
+        steps.append(StepReport(COMPRESS_STEP, False, len(text), len(out)))
+        return out
 
     def _apply_one(
         self,

@@ -15,6 +15,7 @@ __all__ = [
     "binary_stub",
     "blank_stub",
     "clean_label",
+    "compressed_note",
     "duplicate_stub",
     "image_stub",
     "invalid_utf8_note",
@@ -58,6 +59,14 @@ def recall_call(ref: str) -> str:
 def reduced_stub(before: int, after: int, ref: str) -> str:
     """`[output reduced 48,213 → 1,020 chars; full text: recall(ref="9f2c41d07a1b")]`."""
     return f"[output reduced {before:,} → {after:,} chars; full text: {recall_call(ref)}]"
+
+
+def compressed_note(before: int, after: int, ref: str) -> str:
+    """Line after a model-compressed output: sizes and the recall call of the original."""
+    return (
+        f"[output compressed by a model {before:,} → {after:,} chars; "
+        f"full text: {recall_call(ref)}]"
+    )
 
 
 def omitted_lines_marker(first: int, last: int, total: int) -> str:

@@ -1,0 +1,274 @@
+"""Where a thread's `PilotState` (plan, frozen values, counters) is kept between processes.
+
+The state lives beside the session's own history and is never written into it as items (the
+model must not see it). `state_store_for(session, fallback)` picks the companion of a session:
+
+- `SQLiteSession` on a file: a side table `cachepilot_state` in the same database file;
+- `SQLiteSession(":memory:")`: process memory (the history itself lives no longer);
+- `SQLAlchemySession`: a `cachepilot_state` table through the session's own engine;
+- `RedisSession`: one key `<key_prefix>:<session_id>:cachepilot_state` on the same client;
+- any other `Session`: the fallback store (`CachePilotAgents(state_store=...)`, by default an
+  SQLite file `agents_state.sqlite` next to the pilot's artifact archive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "MemoryStateStore",
+    "RedisStateStore",
+    "SQLAlchemyStateStore",
+    "SQLiteStateStore",
+    "StateStore",
+    "default_state_path",
+    "state_store_for",
+]
+
+logger = logging.getLogger(__name__)
+
+TABLE = "cachepilot_state"
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """Persistence of one JSON document per thread."""
+
+    async def load(self, thread: str) -> str | None:
+        """The saved state of `thread` (JSON text), or None."""
+        ...
+
+    async def save(self, thread: str, state: str) -> None:
+        """Replace the saved state of `thread`."""
+        ...
+
+    async def delete(self, thread: str) -> None:
+        """Forget `thread`."""
+        ...
+
+
+class MemoryStateStore:
+    """States in process memory (tests, in-memory sessions)."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, str] = {}
+
+    async def load(self, thread: str) -> str | None:
+        """The saved state, or None."""
+        return self._data.get(thread)
+
+    async def save(self, thread: str, state: str) -> None:
+        """Keep `state`."""
+        self._data[thread] = state
+
+    async def delete(self, thread: str) -> None:
+        """Forget `thread`."""
+        self._data.pop(thread, None)
+
+
+class SQLiteStateStore:
+    """A `cachepilot_state` table in an SQLite file (WAL; safe across threads and processes).
+
+    Args:
+        path: the database file; an Agents SDK `SQLiteSession`'s own file is fine (the table
+            name does not clash with the session's tables).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        text = str(path)
+        if not text or text == ":memory:":
+            raise ValueError("SQLiteStateStore needs a database file, not ':memory:'")
+        self.path = Path(text)
+        self._lock = threading.Lock()
+        self._ready = False
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=30)
+        if not self._ready:
+            with self._lock:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {TABLE} "
+                    "(thread TEXT PRIMARY KEY, state TEXT NOT NULL, updated_at REAL NOT NULL)"
+                )
+                conn.commit()
+                self._ready = True
+        return conn
+
+    def _load(self, thread: str) -> str | None:
+        conn = self._connect()
+        try:
+            row = conn.execute(f"SELECT state FROM {TABLE} WHERE thread = ?", (thread,)).fetchone()
+        finally:
+            conn.close()
+        return None if row is None else str(row[0])
+
+    def _save(self, thread: str, state: str) -> None:
+        conn = self._connect()
+        try:
+            conn.execute(
+                f"INSERT INTO {TABLE} (thread, state, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(thread) DO UPDATE SET state = excluded.state, "
+                "updated_at = excluded.updated_at",
+                (thread, state, time.time()),
+            )
+            conn.commit()
+        finally:
+            conn.close()
+
+    def _delete(self, thread: str) -> None:
+        conn = self._connect()
+        try:
+            conn.execute(f"DELETE FROM {TABLE} WHERE thread = ?", (thread,))
+            conn.commit()
+        finally:
+            conn.close()
+
+    async def load(self, thread: str) -> str | None:
+        """The saved state, or None."""
+        return await asyncio.to_thread(self._load, thread)
+
+    async def save(self, thread: str, state: str) -> None:
+        """Replace the saved state."""
+        await asyncio.to_thread(self._save, thread, state)
+
+    async def delete(self, thread: str) -> None:
+        """Forget `thread`."""
+        await asyncio.to_thread(self._delete, thread)
+
+
+class SQLAlchemyStateStore:
+    """A `cachepilot_state` table through an SQLAlchemy `AsyncEngine` (created on first use).
+
+    Args:
+        engine: the engine (an `SQLAlchemySession`'s own engine, or any async engine).
+        table: table name.
+    """
+
+    def __init__(self, engine: Any, table: str = TABLE) -> None:
+        from sqlalchemy import Column, Float, MetaData, String, Table, Text
+
+        self._engine = engine
+        self._metadata = MetaData()
+        self._table = Table(
+            table,
+            self._metadata,
+            Column("thread", String(512), primary_key=True),
+            Column("state", Text, nullable=False),
+            Column("updated_at", Float, nullable=False),
+        )
+        self._ready = False
+        self._init_lock = asyncio.Lock()
+
+    async def _ensure(self) -> None:
+        if self._ready:
+            return
+        async with self._init_lock:
+            if not self._ready:
+                async with self._engine.begin() as conn:
+                    await conn.run_sync(self._metadata.create_all)
+                self._ready = True
+
+    async def load(self, thread: str) -> str | None:
+        """The saved state, or None."""
+        from sqlalchemy import select
+
+        await self._ensure()
+        async with self._engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(self._table.c.state).where(self._table.c.thread == thread)
+                )
+            ).first()
+        return None if row is None else str(row[0])
+
+    async def save(self, thread: str, state: str) -> None:
+        """Replace the saved state (delete + insert in one transaction: portable upsert)."""
+        from sqlalchemy import delete, insert
+
+        await self._ensure()
+        async with self._engine.begin() as conn:
+            await conn.execute(delete(self._table).where(self._table.c.thread == thread))
+            await conn.execute(
+                insert(self._table).values(thread=thread, state=state, updated_at=time.time())
+            )
+
+    async def delete(self, thread: str) -> None:
+        """Forget `thread`."""
+        from sqlalchemy import delete
+
+        await self._ensure()
+        async with self._engine.begin() as conn:
+            await conn.execute(delete(self._table).where(self._table.c.thread == thread))
+
+
+class RedisStateStore:
+    """One Redis string per thread (`<prefix>:<thread>:cachepilot_state`).
+
+    Args:
+        client: an async Redis client (`redis.asyncio.Redis`).
+        prefix: key prefix (a `RedisSession`'s `key_prefix`).
+        ttl: expiry in seconds (a `RedisSession`'s `ttl`), or None.
+    """
+
+    def __init__(self, client: Any, prefix: str = "agents:session", ttl: int | None = None) -> None:
+        self._client = client
+        self._prefix = prefix
+        self._ttl = ttl
+
+    def _key(self, thread: str) -> str:
+        return f"{self._prefix}:{thread}:{TABLE}"
+
+    async def load(self, thread: str) -> str | None:
+        """The saved state, or None."""
+        value = await self._client.get(self._key(thread))
+        if value is None:
+            return None
+        return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+    async def save(self, thread: str, state: str) -> None:
+        """Replace the saved state."""
+        if self._ttl:
+            await self._client.set(self._key(thread), state, ex=self._ttl)
+        else:
+            await self._client.set(self._key(thread), state)
+
+    async def delete(self, thread: str) -> None:
+        """Forget `thread`."""
+        await self._client.delete(self._key(thread))
+
+
+def default_state_path() -> Path:
+    """`agents_state.sqlite` next to the pilot's default artifact archive."""
+    from cachepilot.artifacts import default_store_path
+
+    return default_store_path().parent / "agents_state.sqlite"
+
+
+def state_store_for(session: object, fallback: StateStore) -> StateStore:
+    """The companion state store of an Agents SDK session (see the module docstring)."""
+    from agents.memory import SQLiteSession
+
+    if isinstance(session, SQLiteSession):
+        if str(session.db_path) == ":memory:":
+            return MemoryStateStore()
+        return SQLiteStateStore(session.db_path)
+    # By class name (subclasses too): the optional backends are imported only when used.
+    kinds = {cls.__name__ for cls in type(session).__mro__}
+    engine = getattr(session, "_engine", None)
+    if "SQLAlchemySession" in kinds and engine is not None:
+        return SQLAlchemyStateStore(engine)
+    client = getattr(session, "_redis", None)
+    if "RedisSession" in kinds and client is not None:
+        return RedisStateStore(
+            client,
+            prefix=str(getattr(session, "_key_prefix", "agents:session")),
+            ttl=getattr(session, "_ttl", None),
+        )
+    return fallback
