@@ -337,3 +337,20 @@ def test_parallel_tool_calls_merge_pilot_state(scripted) -> None:
     # Of the three parallel copies, the newest (all three ingestions) is in graph state.
     assert saved["cachepilot"]["revision"] == pilot.state("par").revision
     assert len(pilot.store.list("par")) == 3
+
+
+def test_metrics_reach_the_sinks(scripted) -> None:
+    from cachepilot.metrics import InMemorySink, Metrics
+
+    sink = InMemorySink()
+    pilot = _pilot()
+    agent = create_agent(
+        scripted(coding_responder(4)),
+        [run_command, read_note],
+        middleware=[CachePilotMiddleware(pilot, metrics=Metrics([sink]))],
+        checkpointer=InMemorySaver(),
+    )
+    agent.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "mx"}})
+    assert len(sink.calls) == 5
+    assert [c.call for c in sink.calls] == [1, 2, 3, 4, 5]
+    assert sink.calls[-1].cached_tokens > 0 and sink.calls[-1].thread == "mx"

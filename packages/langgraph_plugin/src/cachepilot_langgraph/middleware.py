@@ -51,6 +51,7 @@ from langgraph.types import Command
 from cachepilot import CachePilot
 from cachepilot.fold import is_context_length_error
 from cachepilot.messages import Message
+from cachepilot.metrics import Metrics, call_metrics, langsmith_metadata
 from cachepilot.plan import Plan
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.usage import Usage
@@ -115,6 +116,9 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         clock: time source for the cold-cache rule (`time.time`); a replay passes its own.
         use_graph_store: route artifacts to the graph's `BaseStore` when the pilot has no
             store of its own yet.
+        metrics: where per-call metrics go (`cachepilot.metrics.Metrics` with its sinks, e.g.
+            OpenTelemetry); every call's metrics are also added to the LangSmith run's
+            metadata when tracing is on.
     """
 
     state_schema = CachePilotState
@@ -126,6 +130,7 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         namespace: str | None = None,
         clock: Callable[[], float] | None = None,
         use_graph_store: bool = True,
+        metrics: Metrics | None = None,
     ) -> None:
         super().__init__()
         if pilot is not None and not isinstance(pilot, CachePilot):
@@ -136,6 +141,7 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         self.namespace = namespace
         self._clock = clock or time.time
         self._use_graph_store = use_graph_store
+        self.metrics = metrics
         self._converter = MessageConverter()
         self._store_lock = threading.Lock()
         self._recall_tool = make_recall_tool(self.pilot, namespace=namespace)
@@ -257,9 +263,35 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
             usage = getattr(message, "usage_metadata", None)
             if isinstance(message, AIMessage) and usage:
                 try:
-                    self.pilot.record_usage(Usage.from_langchain(usage), thread)
+                    normalized = Usage.from_langchain(usage)
+                    self.pilot.record_usage(normalized, thread)
                 except Exception:
                     logger.warning("thread %s: unreadable usage_metadata", thread, exc_info=True)
+                    continue
+                self._observe(thread, normalized)
+
+    def _observe(self, thread: str, usage: Usage) -> None:
+        """Per-call metrics to the sinks and to the LangSmith run (never fails the call)."""
+        try:
+            state = self.pilot.state(thread)
+            epochs = state.plan.epochs
+            record = call_metrics(
+                usage,
+                thread=thread,
+                call=state.calls,
+                provider=self.pilot.config.provider,
+                recalls=state.recalls,
+                epoch=epochs[-1].index if epochs else None,
+                epoch_reason=epochs[-1].reason if epochs else None,
+            )
+            totals = self.metrics.record(record) if self.metrics is not None else None
+            from langsmith.run_helpers import get_current_run_tree
+
+            run = get_current_run_tree()
+            if run is not None:
+                run.metadata.update(langsmith_metadata(record, totals))
+        except Exception:
+            logger.debug("thread %s: metrics not recorded", thread, exc_info=True)
 
     def _respond(
         self,
