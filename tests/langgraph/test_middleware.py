@@ -8,11 +8,11 @@ import json
 import re
 from typing import Any
 
-from conftest import ScriptedChatModel, wire_prefix_extends
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from lg_scripted import ScriptedChatModel, wire_prefix_extends
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore

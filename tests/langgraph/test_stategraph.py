@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import pytest
-from conftest import ScriptedChatModel, wire_prefix_extends
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import (
@@ -26,6 +25,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
+from lg_scripted import ScriptedChatModel, wire_prefix_extends
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
