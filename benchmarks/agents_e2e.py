@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import set_tracing_disabled
+
 from cachepilot import CachePilot, InMemoryArtifactStore
 from cachepilot.bench.harness import BenchConfig, prepare_sessions, run_bench
 from cachepilot.sim.calibrate import estimate_hidden_prefix

@@ -28,9 +28,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from agents import Agent, FunctionTool, Runner, SQLiteSession, set_tracing_disabled
 from agents.tool_context import ToolContext
 
-from agents import Agent, FunctionTool, Runner, SQLiteSession, set_tracing_disabled
 from cachepilot import CachePilot, SQLiteArtifactStore
 from cachepilot.demo_workload import (
     DEMO_TOOL_SCHEMAS,

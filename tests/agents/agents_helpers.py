@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agents import RunHooks, set_tracing_disabled
+
 from cachepilot import Config
 from cachepilot.maintenance import MaintenanceConfig
 

@@ -26,6 +26,7 @@ def test_end_to_end_replay_matches_the_bench_prediction() -> None:
     if not TRACES.exists():
         pytest.skip(f"shared traces not found at {TRACES}")
     from agents import set_tracing_disabled
+
     from cachepilot.traces import load_paths
 
     set_tracing_disabled(True)

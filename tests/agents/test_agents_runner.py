@@ -11,6 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents import (
+    Agent,
+    ModelSettings,
+    RunConfig,
+    Runner,
+    SQLiteSession,
+    ToolOutputImage,
+    function_tool,
+)
 from agents.run_config import CallModelData, ModelInputData
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.usage import Usage as SdkUsage
@@ -27,15 +36,6 @@ from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import BaseModel
 
-from agents import (
-    Agent,
-    ModelSettings,
-    RunConfig,
-    Runner,
-    SQLiteSession,
-    ToolOutputImage,
-    function_tool,
-)
 from cachepilot_agents import CachePilotAgents, prompt_cache_key_for
 
 FILE_LINES = 80

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents import Agent, Runner, SQLiteSession
 from agents.testing import ScriptedModel
 from agents_helpers import Clock
 from test_agents_runner import coding_steps, read_file
 
-from agents import Agent, Runner, SQLiteSession
 from cachepilot_agents import CachePilotAgents, SQLiteStateStore
 from cachepilot_agents.state import (
     MemoryStateStore,

@@ -24,10 +24,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agents.models.interface import Model
-from agents.tool_context import ToolContext
-from openai import AsyncOpenAI
-
 from agents import (
     Agent,
     FunctionTool,
@@ -38,6 +34,10 @@ from agents import (
     Runner,
     SQLiteSession,
 )
+from agents.models.interface import Model
+from agents.tool_context import ToolContext
+from openai import AsyncOpenAI
+
 from cachepilot.sim import get_profile
 from cachepilot.sim.replay import ReplayProvider, ReplayRecord, ReplayScript
 from cachepilot.usage import Usage
