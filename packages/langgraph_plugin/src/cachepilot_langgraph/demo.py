@@ -18,15 +18,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.outputs import LLMResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
@@ -45,6 +45,7 @@ from cachepilot.sim.replay import ReplayProvider, ReplayScript
 from cachepilot.traces import Session
 from cachepilot.usage import Usage
 from cachepilot_langgraph.middleware import CachePilotMiddleware
+from cachepilot_langgraph.replay_agent import PerCallSystemPrompt
 
 __all__ = [
     "DemoCall",
@@ -178,28 +179,6 @@ def demo_tools(state: DemoToolState) -> list[BaseTool]:
     return [make(s) for s in DEMO_TOOL_SCHEMAS]
 
 
-class _VolatileSystemPrompt(AgentMiddleware[Any, Any]):
-    """Sets the session's per-call system prompt (date, time, cwd, session id change)."""
-
-    def __init__(self, prompts: Sequence[str]) -> None:
-        super().__init__()
-        self._prompts = list(prompts)
-        self._calls = 0
-
-    @property
-    def name(self) -> str:
-        return "DemoVolatileSystemPrompt"
-
-    def wrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        prompt = self._prompts[min(self._calls, len(self._prompts) - 1)]
-        self._calls += 1
-        return handler(request.override(system_message=SystemMessage(content=prompt)))
-
-
 class _UsageRecorder(BaseCallbackHandler):
     """Collects `usage_metadata` of every model response (live runs)."""
 
@@ -241,7 +220,7 @@ def _run_agent(
     from langchain_openai import ChatOpenAI
 
     llm = ChatOpenAI(model=model, base_url=base_url, api_key=api_key, max_retries=0)  # type: ignore[arg-type]
-    middleware: list[AgentMiddleware[Any, Any]] = [_VolatileSystemPrompt(_system_prompts(session))]
+    middleware: list[AgentMiddleware[Any, Any]] = [PerCallSystemPrompt(_system_prompts(session))]
     pilot: CachePilot | None = None
     if with_cachepilot:
         pilot = CachePilot(Config(provider=provider_profile), store=InMemoryArtifactStore())

@@ -34,7 +34,7 @@ from cachepilot.tokens import get_counter
 from cachepilot.traces import Session
 from cachepilot_langgraph.middleware import CachePilotMiddleware
 
-__all__ = ["AgentReplay", "replay_session", "replay_tools"]
+__all__ = ["AgentReplay", "PerCallSystemPrompt", "replay_session", "replay_tools"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +113,9 @@ class _RecordedResults(AgentMiddleware[Any, Any]):
         )
 
 
-class _PerCallSystem(AgentMiddleware[Any, Any]):
-    """The recorded system prompt of each call (some agents change it every call)."""
+class PerCallSystemPrompt(AgentMiddleware[Any, Any]):
+    """Sends the i-th prompt of `prompts` as the system prompt of the i-th model call (the
+    last one after that): recorded agents that change their prompt every call."""
 
     def __init__(self, prompts: Sequence[str]) -> None:
         super().__init__()
@@ -174,7 +175,7 @@ def replay_session(
         )
         middleware: list[AgentMiddleware[Any, Any]] = []
         if prompts:
-            middleware.append(_PerCallSystem(prompts))
+            middleware.append(PerCallSystemPrompt(prompts))
         pilot: CachePilot | None = None
         if with_cachepilot:
             pilot = CachePilot(

@@ -11,6 +11,7 @@ from agents.items import ModelResponse, TResponseInputItem
 from agents.run_context import AgentHookContext, RunContextWrapper
 from agents.tool import Tool
 
+from cachepilot.metrics import agents_custom_span, call_metrics, thread_metrics
 from cachepilot.usage import Usage
 
 if TYPE_CHECKING:
@@ -74,6 +75,28 @@ class CachePilotHooks(RunHooks[Any]):
             )
         except Exception:  # accounting must never cost the turn
             logger.warning("could not record the usage of a model call", exc_info=True)
+            return
+        self._trace(thread, usage)
+
+    def _trace(self, thread: str, usage: Usage) -> None:
+        """The call's metrics as a custom span in the SDK's trace (never fails the call)."""
+        try:
+            pilot = self._owner.pilot
+            state = pilot.state(thread)
+            epochs = state.plan.epochs
+            record = call_metrics(
+                usage,
+                thread=thread,
+                call=state.calls,
+                provider=pilot.config.provider,
+                recalls=state.recalls,
+                epoch=epochs[-1].index if epochs else None,
+                epoch_reason=epochs[-1].reason if epochs else None,
+            )
+            with agents_custom_span(record, thread_metrics(state, thread)):
+                pass
+        except Exception:
+            logger.debug("thread %s: no metrics span", thread, exc_info=True)
 
     async def on_agent_start(self, context: AgentHookContext[Any], agent: Agent[Any]) -> None:
         """Forward to the user's hooks."""
