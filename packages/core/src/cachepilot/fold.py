@@ -44,6 +44,7 @@ __all__ = [
     "aplan_fold",
     "build_summary_prompt",
     "chat_messages",
+    "content_text",
     "emergency_fold",
     "fold_header",
     "fold_start",
@@ -325,7 +326,8 @@ class ResumeBlockSummarizer:
         return self.summarize(request)
 
 
-def _content_text(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """The text of a chat answer's content (a string or a list of content blocks)."""
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence):
@@ -429,7 +431,7 @@ class ChatModelSummarizer:
 
     @staticmethod
     def _openai_text(response: Any) -> str:
-        return _content_text(response.choices[0].message.content).strip()
+        return content_text(response.choices[0].message.content).strip()
 
     def summarize(self, request: FoldRequest) -> str:
         """Call the model synchronously.
@@ -446,7 +448,7 @@ class ChatModelSummarizer:
         runnable, payload = self._langchain_call(request)
         if not hasattr(runnable, "invoke"):
             raise TypeError("this model has no .invoke; use asummarize / aplan_fold")
-        return _content_text(getattr(runnable.invoke(payload), "content", None)).strip()
+        return content_text(getattr(runnable.invoke(payload), "content", None)).strip()
 
     async def asummarize(self, request: FoldRequest) -> str:
         """Call the model asynchronously (a sync model runs in a worker thread)."""
@@ -460,7 +462,7 @@ class ChatModelSummarizer:
             result = await runnable.ainvoke(payload)
         else:
             result = await asyncio.to_thread(runnable.invoke, payload)
-        return _content_text(getattr(result, "content", None)).strip()
+        return content_text(getattr(result, "content", None)).strip()
 
 
 def _guideline_text(guideline: object) -> str:

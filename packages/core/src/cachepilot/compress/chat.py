@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable
 from typing import Any, Literal
 
-from cachepilot.fold import chat_messages
+from cachepilot.fold import chat_messages, content_text
 from cachepilot.messages import Message
 
 __all__ = ["ChatModel", "CompressorTimeoutError", "content_text"]
@@ -23,21 +23,6 @@ __all__ = ["ChatModel", "CompressorTimeoutError", "content_text"]
 
 class CompressorTimeoutError(TimeoutError):
     """A model call took longer than its timeout."""
-
-
-def content_text(content: Any) -> str:
-    """The text of a chat answer's content (a string or a list of content blocks)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        pieces: list[str] = []
-        for block in content:
-            if isinstance(block, str):
-                pieces.append(block)
-            elif isinstance(block, Mapping) and block.get("type") in ("text", "output_text"):
-                pieces.append(str(block.get("text", "")))
-        return "".join(pieces)
-    return "" if content is None else str(content)
 
 
 class ChatModel:
