@@ -445,33 +445,23 @@ class CachePilot:
             # The recall tool joins before canonicalization: it is ordered and key-sorted like
             # every other tool, and part of the tool set from the first call on.
             in_tools = self._with_recall(tools)
-            raw_system = system
-            if self.config.canonicalize:
-                system, canon_messages, out_tools = self._canonicalizer.apply(
-                    raw_system, messages, in_tools, state.canonical
-                )
-            else:
-                canon_messages, out_tools = list(messages), in_tools
+            request = self._canonical(system, messages, in_tools, state.canonical)
             keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
-            view = apply_plan(canon_messages, state.plan, keys)
             clock = time.time() if now is None else now
-            idle = None if state.last_request_time is None else clock - state.last_request_time
-            if maintain and self._maintain(
-                thread=thread,
-                state=state,
-                messages=messages,
-                canon_messages=canon_messages,
-                keys=keys,
-                system=system,
-                tools=out_tools,
-                idle=idle,
-            ):
-                if self.config.canonicalize:
-                    # Frozen volatile values refresh at maintenance points only.
-                    system, canon_messages, out_tools = self._canonicalizer.apply(
-                        raw_system, messages, in_tools, state.canonical, maintenance=True
-                    )
-                view = apply_plan(canon_messages, state.plan, keys)
+            if maintain:
+                refreshed = self._schedule(
+                    thread=thread,
+                    state=state,
+                    raw_system=system,
+                    messages=messages,
+                    in_tools=in_tools,
+                    request=request,
+                    keys=keys,
+                    clock=clock,
+                )
+                request = refreshed or request
+            system, canon_messages, out_tools = request
+            view = apply_plan(canon_messages, state.plan, keys)
             fingerprint = self._fingerprint(out_tools)
             changed = state.tools_fingerprint is not None and fingerprint != state.tools_fingerprint
             if changed and not self.config.canonicalize:  # the canonicalizer logs it otherwise
@@ -501,36 +491,71 @@ class CachePilot:
         _check_thread(thread)
         _check_request(system, messages, tools)
         state = self.state(thread)
-        raw_system = system
         with self._lock:
             in_tools = self._with_recall(tools)
-            if self.config.canonicalize:
-                scratch = state.canonical.model_copy(deep=True)
-                system, canon_messages, out_tools = self._canonicalizer.apply(
-                    raw_system, messages, in_tools, scratch
+            # A scratch copy: the real frozen values change only with an epoch.
+            scratch = state.canonical.model_copy(deep=True)
+            appended = (
+                self._schedule(
+                    thread=thread,
+                    state=state,
+                    raw_system=system,
+                    messages=messages,
+                    in_tools=in_tools,
+                    request=self._canonical(system, messages, in_tools, scratch),
+                    keys=self._trackers.setdefault(thread, KeyTracker()).keys(messages),
+                    clock=time.time() if now is None else now,
                 )
-            else:
-                canon_messages, out_tools = list(messages), in_tools
-            keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
-            clock = time.time() if now is None else now
-            idle = None if state.last_request_time is None else clock - state.last_request_time
-            appended = self._maintain(
-                thread=thread,
-                state=state,
-                messages=messages,
-                canon_messages=canon_messages,
-                keys=keys,
-                system=system,
-                tools=out_tools,
-                idle=idle,
+                is not None
             )
-            if appended and self.config.canonicalize:
-                # Frozen volatile values refresh at maintenance points only.
-                self._canonicalizer.apply(
-                    raw_system, messages, in_tools, state.canonical, maintenance=True
-                )
             state.revision += 1  # decisions and the lifecycle change even without an epoch
             return appended
+
+    def _canonical(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: list[dict[str, Any]],
+        frozen: CanonicalState,
+    ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
+        """The request canonicalized against `frozen` (as given when canonicalization is off)."""
+        if self.config.canonicalize:
+            return self._canonicalizer.apply(system, messages, tools, frozen)
+        return system, list(messages), tools
+
+    def _schedule(
+        self,
+        *,
+        thread: str,
+        state: PilotState,
+        raw_system: str | None,
+        messages: Sequence[Message],
+        in_tools: list[dict[str, Any]],
+        request: tuple[str | None, list[Message], list[dict[str, Any]]],
+        keys: Sequence[str],
+        clock: float,
+    ) -> tuple[str | None, list[Message], list[dict[str, Any]]] | None:
+        """Ask the scheduler about `request` (canonical); None when no epoch is appended,
+        else the request canonicalized again with the frozen values refreshed."""
+        system, canon_messages, out_tools = request
+        idle = None if state.last_request_time is None else clock - state.last_request_time
+        if not self._maintain(
+            thread=thread,
+            state=state,
+            messages=messages,
+            canon_messages=canon_messages,
+            keys=keys,
+            system=system,
+            tools=out_tools,
+            idle=idle,
+        ):
+            return None
+        if not self.config.canonicalize:
+            return request
+        # Frozen volatile values refresh at maintenance points only.
+        return self._canonicalizer.apply(
+            raw_system, messages, in_tools, state.canonical, maintenance=True
+        )
 
     def _maintain(
         self,
@@ -706,14 +731,11 @@ class CachePilot:
         state = self.state(thread)
         with self._lock:
             try:
-                if self.config.canonicalize:
-                    # A scratch copy: the real frozen values change only with an epoch.
-                    scratch = state.canonical.model_copy(deep=True)
-                    system, canon_messages, _ = self._canonicalizer.apply(
-                        system, messages, self._with_recall(tools), scratch
-                    )
-                else:
-                    canon_messages = list(messages)
+                # A scratch copy: the real frozen values change only with an epoch.
+                scratch = state.canonical.model_copy(deep=True)
+                system, canon_messages, _ = self._canonical(
+                    system, messages, self._with_recall(tools), scratch
+                )
                 keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
                 counter = get_counter(self.config.encoding)
                 edits = self._fold_edits(
