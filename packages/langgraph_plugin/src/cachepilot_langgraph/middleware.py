@@ -23,7 +23,6 @@ agent = create_agent(model, tools, middleware=[CachePilotMiddleware(CachePilot()
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,20 +43,25 @@ from langchain_core.messages import (
 )
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.config import get_config
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from cachepilot import CachePilot
+from cachepilot.canonical import tool_name
 from cachepilot.fold import is_context_length_error
 from cachepilot.messages import Message
 from cachepilot.metrics import Metrics, call_metrics, langsmith_metadata
 from cachepilot.plan import Plan
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.usage import Usage
+from cachepilot_langgraph._shared import (
+    current_config,
+    tool_output,
+    use_graph_store,
+    with_content,
+)
 from cachepilot_langgraph.convert import (
     MessageConverter,
-    content_text,
     ordered,
     system_text,
     to_langchain,
@@ -95,13 +99,6 @@ class Prepared:
     core: list[Message] = field(default_factory=list)
     system: str | None = None
     schemas: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _current_config() -> RunnableConfig | None:
-    try:
-        return get_config()
-    except RuntimeError:  # outside a runnable context
-        return None
 
 
 class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
@@ -143,7 +140,6 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         self._use_graph_store = use_graph_store
         self.metrics = metrics
         self._converter = MessageConverter()
-        self._store_lock = threading.Lock()
         self._recall_tool = make_recall_tool(self.pilot, namespace=namespace)
         self.tools: list[BaseTool] = [self._recall_tool] if self.pilot.config.recall_tool else []
 
@@ -158,20 +154,8 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         return thread_of(config, self.namespace)
 
     def _graph_store(self, store: object) -> None:
-        if not self._use_graph_store or store is None or self.pilot.has_store:
-            return
-        with self._store_lock:
-            if self.pilot.has_store:
-                return
-            from cachepilot_langgraph.store import LangGraphArtifactStore
-
-            try:
-                adapter = LangGraphArtifactStore(store)  # type: ignore[arg-type]
-            except Exception:
-                logger.warning("cannot use the graph's store for artifacts", exc_info=True)
-                return
-            if self.pilot.use_store_if_unset(adapter):
-                logger.info("artifacts go to the graph's store (%s)", type(store).__name__)
+        if self._use_graph_store:
+            use_graph_store(self.pilot, store)
 
     def _export(self, thread: str) -> dict[str, Any]:
         return self.pilot.export_state(thread)
@@ -185,7 +169,7 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
     # --- model calls -------------------------------------------------------------------------
 
     def _sync_and_inputs(self, request: ModelRequest[Any]) -> tuple[str, list[Message]]:
-        thread = self._thread(_current_config())
+        thread = self._thread(current_config())
         self._graph_store(getattr(request.runtime, "store", None))
         state = request.state if isinstance(request.state, dict) else {}
         sync_pilot_state(self.pilot, thread, state.get(PILOT_STATE_KEY))
@@ -210,7 +194,7 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
             overrides["system_message"] = (
                 None if out_system is None else SystemMessage(content=out_system)
             )
-        names = [schema_name(t) for t in out_tools]
+        names = [tool_name(t) for t in out_tools]
         overrides["tools"] = ordered(request.tools, names)
         plan = self.pilot.state(thread).plan
         edits = (
@@ -360,7 +344,7 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         runtime = request.runtime
         config = getattr(runtime, "config", None) if runtime is not None else None
         self._graph_store(getattr(runtime, "store", None) if runtime is not None else None)
-        thread = self._thread(config if config is not None else _current_config())
+        thread = self._thread(config if config is not None else current_config())
         state = request.state if isinstance(request.state, dict) else {}
         sync_pilot_state(self.pilot, thread, state.get(PILOT_STATE_KEY))
         return thread
@@ -370,13 +354,12 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
     ) -> ToolMessage | Command[Any]:
         """`result` with its tool message(s) carrying the reduced text in `texts`."""
         if isinstance(result, ToolMessage):
-            return _with_content(result, texts.get(id(result)))
+            return _reduced(result, texts)
         update = result.update
         if not isinstance(update, dict) or not isinstance(update.get("messages"), list):
             return result
         messages = [
-            _with_content(m, texts.get(id(m))) if isinstance(m, ToolMessage) else m
-            for m in update["messages"]
+            _reduced(m, texts) if isinstance(m, ToolMessage) else m for m in update["messages"]
         ]
         return Command(
             graph=result.graph,
@@ -429,7 +412,7 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
                 texts[id(message)] = self.pilot.ingest(
                     name,
                     request.tool_call.get("args"),
-                    _tool_output(message),
+                    tool_output(message),
                     str(message.tool_call_id),
                     thread,
                 )
@@ -450,46 +433,14 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
                 texts[id(message)] = await self.pilot.aingest(
                     name,
                     request.tool_call.get("args"),
-                    _tool_output(message),
+                    tool_output(message),
                     str(message.tool_call_id),
                     thread,
                 )
         return self._finish_tool(request, thread, result, texts)
 
 
-def schema_name(schema: dict[str, Any]) -> str:
-    from cachepilot.canonical import tool_name
-
-    return tool_name(schema)
-
-
-def _tool_output(message: ToolMessage) -> object:
-    """What to ingest: text content as text; multimodal content keeps its non-text blocks
-    aside (see `_with_content`)."""
-    content = message.content
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(
-        isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text") for b in content
-    ):
-        return content_text(content)
-    return content_text(content)
-
-
-def _with_content(message: ToolMessage, text: str | None) -> ToolMessage:
-    if text is None:
-        return message
-    content = message.content
-    if isinstance(content, str):
-        return message if text == content else message.model_copy(update={"content": text})
-    if isinstance(content, list):
-        others = [
-            b
-            for b in content
-            if not (isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text"))
-        ]
-        if text == content_text(content) and not others:
-            return message
-        blocks: list[Any] = [{"type": "text", "text": text}, *others]
-        return message.model_copy(update={"content": blocks if others else text})
-    return message.model_copy(update={"content": text})
+def _reduced(message: ToolMessage, texts: dict[int, str]) -> ToolMessage:
+    """`message` with the reduced text ingestion gave it, if it went through ingestion."""
+    text = texts.get(id(message))
+    return message if text is None else with_content(message, text)
