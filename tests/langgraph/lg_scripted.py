@@ -3,15 +3,18 @@ langchain-openai would send it and prices it with the cache simulator."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_openai.chat_models.base import _convert_message_to_dict
 from pydantic import ConfigDict, PrivateAttr
@@ -117,3 +120,77 @@ def system_of(messages: list[BaseMessage]) -> str | None:
         if isinstance(m, SystemMessage):
             return str(m.content)
     return None
+
+
+REF = re.compile(r'recall\(ref="([0-9a-f]{12})"')
+
+
+def command_log(command: str, lines: int = 400) -> str:
+    # Irregular lines (digests), so only the size gate can shorten them.
+    return "\n".join(
+        f"{command}: step {i:05d} {hashlib.sha256(f'{command}{i}'.encode()).hexdigest()}"
+        for i in range(lines)
+    )
+
+
+@tool
+def run_command(command: str) -> str:
+    """Run a shell command and return its output."""
+    return command_log(command)
+
+
+@tool
+def read_note(name: str) -> str:
+    """Read a short note."""
+    return f"note {name}: the answer is {len(name) * 3}"
+
+
+@tool
+def flaky(kind: str) -> Any:
+    """A tool that misbehaves."""
+    if kind == "raise":
+        raise RuntimeError("tool exploded")
+    if kind == "bytes":
+        return b"\xff\xfe binary \x00 junk"
+    if kind == "none":
+        return None
+    return "x" * 300_000
+
+
+TOOLS = [run_command, read_note, flaky]
+
+
+def tool_call(name: str, args: dict[str, Any], i: int) -> AIMessage:
+    return AIMessage(
+        content="",
+        tool_calls=[{"name": name, "args": args, "id": f"call_{i}", "type": "tool_call"}],
+    )
+
+
+def last_tool(messages: Sequence[BaseMessage]) -> ToolMessage | None:
+    for m in reversed(messages):
+        if isinstance(m, ToolMessage):
+            return m
+    return None
+
+
+def coding_responder(
+    n_calls: int, recall_at: int | None = None, junk: Sequence[str] = ()
+) -> Callable[[list[BaseMessage], int], AIMessage]:
+    """A 'model' that runs commands, recalls one shortened output, then answers."""
+
+    def respond(messages: list[BaseMessage], i: int) -> AIMessage:
+        if i < len(junk):
+            return tool_call("flaky", {"kind": junk[i]}, i)
+        if recall_at is not None and i == recall_at:
+            last = last_tool(messages)
+            found = REF.search(str(last.content)) if last is not None else None
+            assert found, "the shortened output names its ref"
+            return tool_call("recall", {"ref": found.group(1), "lines": "1-3"}, i)
+        if i < n_calls:
+            if i % 5 == 4:
+                return tool_call("read_note", {"name": f"n{i}"}, i)
+            return tool_call("run_command", {"command": f"make step{i}"}, i)
+        return AIMessage(content="done")
+
+    return respond

@@ -3,91 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import re
 from typing import Any
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from lg_scripted import ScriptedChatModel, wire_prefix_extends
+from lg_scripted import (
+    REF,
+    ScriptedChatModel,
+    coding_responder,
+    command_log,
+    flaky,
+    last_tool,
+    read_note,
+    run_command,
+    tool_call,
+    wire_prefix_extends,
+)
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.messages import pairing_issues
 from cachepilot_langgraph import CachePilotMiddleware, MessageConverter
-
-REF = re.compile(r'recall\(ref="([0-9a-f]{12})"')
-
-
-def _log(command: str, lines: int = 400) -> str:
-    # Irregular lines (digests), so only the size gate can shorten them.
-    return "\n".join(
-        f"{command}: step {i:05d} {hashlib.sha256(f'{command}{i}'.encode()).hexdigest()}"
-        for i in range(lines)
-    )
-
-
-@tool
-def run_command(command: str) -> str:
-    """Run a shell command and return its output."""
-    return _log(command)
-
-
-@tool
-def read_note(name: str) -> str:
-    """Read a short note."""
-    return f"note {name}: the answer is {len(name) * 3}"
-
-
-@tool
-def flaky(kind: str) -> Any:
-    """A tool that misbehaves."""
-    if kind == "raise":
-        raise RuntimeError("tool exploded")
-    if kind == "bytes":
-        return b"\xff\xfe binary \x00 junk"
-    if kind == "none":
-        return None
-    return "x" * 300_000
-
-
-def _call(name: str, args: dict[str, Any], i: int) -> AIMessage:
-    return AIMessage(
-        content="",
-        tool_calls=[{"name": name, "args": args, "id": f"call_{i}", "type": "tool_call"}],
-    )
-
-
-def _last_tool(messages: list[BaseMessage]) -> ToolMessage | None:
-    for m in reversed(messages):
-        if isinstance(m, ToolMessage):
-            return m
-    return None
-
-
-def coding_responder(n_calls: int, recall_at: int | None = None, junk: list[str] | None = None):
-    """A 'model' that runs commands, recalls one shortened output, then answers."""
-
-    junk = list(junk or [])
-
-    def respond(messages: list[BaseMessage], i: int) -> AIMessage:
-        if i < len(junk):
-            return _call("flaky", {"kind": junk[i]}, i)
-        if recall_at is not None and i == recall_at:
-            last = _last_tool(messages)
-            found = REF.search(str(last.content)) if last is not None else None
-            assert found, "the shortened output names its ref"
-            return _call("recall", {"ref": found.group(1), "lines": "1-3"}, i)
-        if i < n_calls:
-            if i % 5 == 4:
-                return _call("read_note", {"name": f"n{i}"}, i)
-            return _call("run_command", {"command": f"make step{i}"}, i)
-        return AIMessage(content="done")
-
-    return respond
 
 
 def _agent(model: ScriptedChatModel, pilot: CachePilot, checkpointer: Any = None, **kw: Any):
@@ -126,13 +64,13 @@ def test_long_session_reduces_recalls_and_stays_prefix_stable(scripted) -> None:
     saved = agent.get_state(config).values
     tools_in_state = [m for m in saved["messages"] if isinstance(m, ToolMessage)]
     commands = [m for m in tools_in_state if m.name == "run_command"]
-    assert commands and all(len(str(m.content)) < len(_log("make step0")) for m in commands)
+    assert commands and all(len(str(m.content)) < len(command_log("make step0")) for m in commands)
     assert all(REF.search(str(m.content)) for m in commands)
 
     # recall returned the original (the first lines of the untouched log) to the model.
     recalled = model.requests[8]["messages"][-1]
     assert recalled["role"] == "tool" and recalled["tool_call_id"] == "call_7"
-    original = _log("make step6").splitlines()
+    original = command_log("make step6").splitlines()
     assert original[0] in recalled["content"] and original[2] in recalled["content"]
 
     # The recall tool is bound from the first call and the tool list never changes.
@@ -235,8 +173,8 @@ def test_threads_never_see_each_others_artifacts(scripted) -> None:
 
     def first(messages: list[BaseMessage], i: int) -> AIMessage:
         if i == 0:
-            return _call("run_command", {"command": "make all"}, i)
-        found = REF.search(str(_last_tool(messages).content))
+            return tool_call("run_command", {"command": "make all"}, i)
+        found = REF.search(str(last_tool(messages).content))
         refs["t1"] = found.group(1)
         return AIMessage(content="ok")
 
@@ -245,7 +183,7 @@ def test_threads_never_see_each_others_artifacts(scripted) -> None:
 
     def second(messages: list[BaseMessage], i: int) -> AIMessage:
         if i == 0:
-            return _call("recall", {"ref": refs["t1"]}, i)
+            return tool_call("recall", {"ref": refs["t1"]}, i)
         return AIMessage(content="ok")
 
     model2 = scripted(second)

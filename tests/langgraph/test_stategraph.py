@@ -4,10 +4,7 @@ with a real checkpointer."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import re
-from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import pytest
@@ -21,11 +18,19 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
-from lg_scripted import ScriptedChatModel, wire_prefix_extends
+from lg_scripted import (
+    REF,
+    TOOLS,
+    ScriptedChatModel,
+    coding_responder,
+    command_log,
+    last_tool,
+    tool_call,
+    wire_prefix_extends,
+)
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
@@ -39,7 +44,6 @@ from cachepilot_langgraph import (
     cachepilot_tool_node,
 )
 
-REF = re.compile(r'recall\(ref="([0-9a-f]{12})"')
 SYSTEM = "You are a careful coding agent. Today is 2026-11-21."
 AGGRESSIVE = {
     "protect_tool_tokens": 500,
@@ -47,77 +51,6 @@ AGGRESSIVE = {
     "min_prune_tokens": 100,
     "schedule": "fixed",
 }
-
-
-def _log(command: str, lines: int = 400) -> str:
-    # Irregular lines (digests), so only the size gate can shorten them.
-    return "\n".join(
-        f"{command}: step {i:05d} {hashlib.sha256(f'{command}{i}'.encode()).hexdigest()}"
-        for i in range(lines)
-    )
-
-
-@tool
-def run_command(command: str) -> str:
-    """Run a shell command and return its output."""
-    return _log(command)
-
-
-@tool
-def read_note(name: str) -> str:
-    """Read a short note."""
-    return f"note {name}: the answer is {len(name) * 3}"
-
-
-@tool
-def flaky(kind: str) -> Any:
-    """A tool that misbehaves."""
-    if kind == "raise":
-        raise RuntimeError("tool exploded")
-    if kind == "bytes":
-        return b"\xff\xfe binary \x00 junk"
-    if kind == "none":
-        return None
-    return "x" * 300_000
-
-
-TOOLS = [run_command, read_note, flaky]
-
-
-def _call(name: str, args: dict[str, Any], i: int) -> AIMessage:
-    return AIMessage(
-        content="",
-        tool_calls=[{"name": name, "args": args, "id": f"call_{i}", "type": "tool_call"}],
-    )
-
-
-def _last_tool(messages: Sequence[BaseMessage]) -> ToolMessage | None:
-    for m in reversed(messages):
-        if isinstance(m, ToolMessage):
-            return m
-    return None
-
-
-def coding_responder(
-    n_calls: int, recall_at: int | None = None, junk: Sequence[str] = ()
-) -> Callable[[list[BaseMessage], int], AIMessage]:
-    """A 'model' that runs commands, recalls one shortened output, then answers."""
-
-    def respond(messages: list[BaseMessage], i: int) -> AIMessage:
-        if i < len(junk):
-            return _call("flaky", {"kind": junk[i]}, i)
-        if recall_at is not None and i == recall_at:
-            last = _last_tool(messages)
-            found = REF.search(str(last.content)) if last is not None else None
-            assert found, "the shortened output names its ref"
-            return _call("recall", {"ref": found.group(1), "lines": "1-3"}, i)
-        if i < n_calls:
-            if i % 5 == 4:
-                return _call("read_note", {"name": f"n{i}"}, i)
-            return _call("run_command", {"command": f"make step{i}"}, i)
-        return AIMessage(content="done")
-
-    return respond
 
 
 class State(MessagesState, PilotStateMixin):
@@ -196,14 +129,14 @@ def test_long_session_reduces_recalls_and_stays_prefix_stable(scripted) -> None:
         m for m in saved["messages"] if isinstance(m, ToolMessage) and m.name == "run_command"
     ]
     assert len(commands) >= 10  # (some may have been folded away by a maintenance epoch)
-    assert all(len(str(m.content)) < len(_log("make step0")) // 10 for m in commands)
+    assert all(len(str(m.content)) < len(command_log("make step0")) // 10 for m in commands)
     assert all(REF.search(str(m.content)) for m in commands)
     assert all(m.response_metadata.get("cachepilot") == "ingested" for m in commands)
 
     # recall returned the original (the first lines of the untouched log) to the model.
     recalled = model.requests[8]["messages"][-1]
     assert recalled["role"] == "tool" and recalled["tool_call_id"] == "call_7"
-    original = _log("make step6").splitlines()
+    original = command_log("make step6").splitlines()
     assert original[0] in recalled["content"] and original[2] in recalled["content"]
 
     # The system prompt is canonical, recall is bound from the first call, tools never change.
@@ -318,8 +251,8 @@ def test_threads_never_see_each_others_artifacts(scripted) -> None:
 
     def first(messages: list[BaseMessage], i: int) -> AIMessage:
         if i == 0:
-            return _call("run_command", {"command": "make all"}, i)
-        found = REF.search(str(_last_tool(messages).content))  # type: ignore[union-attr]
+            return tool_call("run_command", {"command": "make all"}, i)
+        found = REF.search(str(last_tool(messages).content))  # type: ignore[union-attr]
         assert found
         refs["one"] = found.group(1)
         return AIMessage(content="ok")
@@ -328,7 +261,7 @@ def test_threads_never_see_each_others_artifacts(scripted) -> None:
 
     def second(messages: list[BaseMessage], i: int) -> AIMessage:
         if i == 0:
-            return _call("recall", {"ref": refs["one"]}, i)
+            return tool_call("recall", {"ref": refs["one"]}, i)
         return AIMessage(content="ok")
 
     out = build_graph(scripted(second), pilot).invoke(
@@ -474,8 +407,8 @@ def test_reducer_reduces_a_tool_message_from_a_plain_node_once(scripted) -> None
         {
             "messages": [
                 HumanMessage("go"),
-                _call("run_command", {"command": "make hand"}, 99),
-                ToolMessage(content=_log("make hand"), tool_call_id="call_99"),
+                tool_call("run_command", {"command": "make hand"}, 99),
+                ToolMessage(content=command_log("make hand"), tool_call_id="call_99"),
             ]
         },
     )
