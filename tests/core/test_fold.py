@@ -648,3 +648,55 @@ def test_fold_on_a_real_trace_shrinks_the_view() -> None:
     assert folded[0].text == one.text
     start = fold_start(messages)
     assert view[start].text == two.text and view[start].text.startswith(FOLD_HEADER_PREFIX)
+
+
+def test_differential_folds_hand_the_whole_source_range_to_the_summarizer() -> None:
+    early = _transcript([(1, 400, False)] * 6)
+    late = _transcript([(1, 400, False)] * 6 + [(2, 400, True)] * 5)
+    store = InMemoryArtifactStore()
+    summarizer = Recording()
+    kw: dict[str, Any] = {
+        "store": store,
+        "thread": "t",
+        "summarizer": summarizer,
+        "counter": CHARS,
+        "protect_tail_tokens": 900,
+        "min_tokens": 0,
+    }
+    one = plan_fold(early, **kw)
+    assert one is not None
+    two = plan_fold(late, plan=_plan(one), epoch_index=1, **kw)
+    assert two is not None
+    first, second = summarizer.requests
+    keys = message_keys(late)
+    assert first.source_messages == tuple(early[2 : keys.index(one.end_key) + 1])
+    # the second request covers the first fold's range too, as ingested (no summary inside)
+    assert second.source_messages == tuple(late[2 : keys.index(two.end_key) + 1])
+    assert len(second.source_messages) > len(second.folded_messages)
+
+
+def test_zero_llm_differential_summary_is_rebuilt_not_nested() -> None:
+    steps = [(1, 400, False)] * 6 + [(2, 400, True)] * 5 + [(1, 400, False)] * 6
+    transcript = _transcript(steps)
+    store = InMemoryArtifactStore()
+    plan = Plan()
+    texts: list[str] = []
+    for n, end in enumerate((14, 26, len(transcript))):
+        edit = plan_fold(
+            transcript[:end],
+            store=store,
+            thread="t",
+            counter=CHARS,
+            protect_tail_tokens=500,
+            min_tokens=0,
+            plan=plan,
+            epoch_index=n,
+            summary_tokens=400,
+        )
+        assert edit is not None
+        plan = Plan(epochs=[*plan.epochs, Epoch(index=n, reason="fold", edits=[edit])])
+        texts.append(edit.text)
+    assert all("Earlier:" not in text for text in texts)
+    assert all(CHARS.count(text) <= 400 + 120 for text in texts)  # budget + header line
+    # the third summary still names work from the first range
+    assert "tests/t2_0.py" in texts[-1]

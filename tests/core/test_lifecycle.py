@@ -324,7 +324,7 @@ def _two_tasks(second: list[Message]) -> list[Message]:
 
 def test_completed_task_units_become_evictable_after_grace() -> None:
     msgs = _two_tasks(filler(3))
-    reg = run(msgs)
+    reg = run(msgs, task_eviction=False)
     assert reg.segments["task:1"].state is COMPLETED
     assert state(reg, "c1") is EVICTABLE and state(reg, "c2") is EVICTABLE
     assert "not referenced" in reg.segments[unit_id("c1")].reason
@@ -332,6 +332,22 @@ def test_completed_task_units_become_evictable_after_grace() -> None:
     reg = run(_two_tasks(filler(3)), grace_calls=10)
     assert state(reg, "c1") is COMPLETED
     assert reg.segments[unit_id("c1")].reason.endswith("grace")
+    assert reg.segments["task:1"].state is COMPLETED
+
+
+def test_a_finished_task_is_evictable_only_when_all_its_work_is() -> None:
+    reg = run(_two_tasks(filler(3)))
+    task = reg.segments["task:1"]
+    assert task.state is EVICTABLE
+    assert "all its work evictable" in task.reason
+    assert reg.evictable_tasks() == [task]
+    assert reg.segments["task:2"].state is ACTIVE  # the current task never is
+    # one unit still referenced by the next task keeps the whole task
+    second = [Message("assistant", "Checking conf/settings.toml again", id="m1"), *filler(3)]
+    reg = run(_two_tasks(second))
+    assert state(reg, "c1") is COMPLETED
+    assert reg.segments["task:1"].state is COMPLETED
+    assert reg.evictable_tasks() == []
 
 
 def test_later_references_keep_completed_units_alive() -> None:

@@ -349,3 +349,68 @@ def test_cost_model_folds_a_long_history_only_when_it_pays() -> None:
     for i, snap in enumerate(_build([(1, [6_000, 0, 0], False) for _ in range(6)])):
         short_pilot.prepare("sys", snap, (), "t", now=i * 10.0)
     assert short_pilot.state("t").plan.epochs == []
+
+
+def _two_task_session(first: int, second: int) -> list[list[Message]]:
+    """A long first task, then a new user turn on unrelated work (as the prepare snapshots)."""
+    steps = [(1, [1_200, 0, 0], False) for _ in range(first)]
+    steps += [(1, [300, 0, 0], n == 0) for n in range(second)]
+    return _build(steps)
+
+
+def test_a_finished_task_is_folded_whole_when_it_pays() -> None:
+    snapshots = _two_task_session(14, 10)
+    pilot = CachePilot(Config(), store=InMemoryArtifactStore())
+    previous: list[Message] | None = None
+    epochs = 0
+    for t, snapshot in enumerate(snapshots):
+        _, view, _ = pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+        assert pairing_issues(view) == []
+        grew = len(pilot.state("t").plan.epochs) > epochs
+        epochs = len(pilot.state("t").plan.epochs)
+        if previous is not None and not grew:
+            assert view[: len(previous)] == previous
+        previous = view
+    state = pilot.state("t")
+    folds = [d for d in state.decisions if d.reason == "finished-task-fold"]
+    assert len(folds) == 1 and folds[0].apply
+    assert folds[0].saving_usd > folds[0].cost_usd
+    assert state.lifecycle.segments["task:1"].state.value == "evictable"
+    last = snapshots[-1]
+    second_task = next(i for i, m in enumerate(last) if m.text == "Next: part 14.")
+    # The task statement stays, the finished task becomes one summary, the current task is
+    # kept verbatim (the very same message objects).
+    assert view[0] is last[0]
+    assert view[1].role == "user" and view[1].text.startswith("[earlier conversation folded:")
+    assert all(a is b for a, b in zip(view[2:], last[second_task:], strict=True))
+    # The fold's archive gives the finished task back.
+    ref = view[1].text.split('recall(ref="')[1][:12]
+    archived = pilot.recall(ref, thread="t", max_chars=1_000_000)
+    assert "line 0 of output 0/0: value=0" in archived
+    assert "line 0 of output 13/0: value=13" in archived
+
+
+def test_finished_task_folds_can_be_turned_off() -> None:
+    snapshots = _two_task_session(14, 10)
+    config = Config(maintenance=MaintenanceConfig(fold_finished_tasks=False))
+    pilot = CachePilot(config, store=InMemoryArtifactStore())
+    for t, snapshot in enumerate(snapshots):
+        pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+    assert not [d for d in pilot.state("t").decisions if d.reason == "finished-task-fold"]
+
+
+def test_task_fold_cost_model_by_hand() -> None:
+    from cachepilot.maintenance import task_fold_pays
+
+    sizes = [100, 5_000, 5_000, 200, 300]  # task statement, finished task, current task
+    cfg = MaintenanceConfig(fold_summary_tokens=500)
+    # removed = 10,000 - 500 = 9,500; re-miss = (10,000 + 500) - 9,500 = 1,000 tokens.
+    pays, removed, remiss = task_fold_pays(sizes, 1, 3, config=cfg, price=PRICE, expected_calls=2)
+    assert (removed, remiss) == (9_500, 1_000)
+    # saving 9,500 × 0.1e-6 × 2 = 0.0019 > cost 1,000 × 0.9e-6 = 0.0009
+    assert pays
+    # a tiny range does not pay for its summary
+    assert (
+        task_fold_pays([100, 300, 200], 1, 2, config=cfg, price=PRICE, expected_calls=50)[0]
+        is False
+    )

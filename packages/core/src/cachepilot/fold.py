@@ -131,6 +131,9 @@ class FoldRequest:
         mode: `suffix` (the view plus one instruction message: hits the agent's cached
             prefix) or `standalone` (the instruction as system, the range rendered as text).
         budget_tokens: the summary's target size.
+        source_messages: every transcript message the new summary stands for, the ranges
+            of earlier folds included (as ingested; a zero-LLM summarizer rebuilds its
+            memory from them instead of nesting the previous summary).
     """
 
     folded_messages: tuple[Message, ...]
@@ -141,6 +144,7 @@ class FoldRequest:
     guideline: str = DEFAULT_GUIDELINE
     mode: FoldMode = "standalone"
     budget_tokens: int = 800
+    source_messages: tuple[Message, ...] = ()
 
 
 def _clip(text: str, limit: int) -> str:
@@ -282,9 +286,11 @@ class Summarizer(Protocol):
 class ResumeBlockSummarizer:
     """Zero-LLM summarizer: the `SessionMemory` resume block of the folded messages.
 
-    Differential: the previous summary's lines are kept (as many as fit, from the top) under
-    "Earlier:", followed by the resume block of the new messages. The result always fits the
-    budget under the counter.
+    Differential: when the request carries the source messages of the whole range (earlier
+    folds included), the block is rebuilt from all of them, so facts of every part compete
+    for the budget on equal terms. Otherwise the previous summary's lines are kept (as many
+    as fit, from the top) under "Earlier:", followed by the resume block of the new messages.
+    The result always fits the budget under the counter.
 
     Args:
         budget_tokens: the summary's size; None takes the request's `budget_tokens`.
@@ -305,6 +311,10 @@ class ResumeBlockSummarizer:
         """The resume block (plus the previous summary's lines) within the budget."""
         counter = self.counter or get_counter()
         budget = max(1, self.budget_tokens or request.budget_tokens)
+        if request.source_messages:
+            return SessionMemory.from_messages(request.source_messages).resume_block(
+                budget, counter
+            )
         memory = SessionMemory.from_messages(request.folded_messages)
         previous = (request.previous_summary or "").strip()
         if not previous:
@@ -608,20 +618,24 @@ def _prepare(
     min_tokens: int,
     guideline: str | None,
     mode: FoldMode | None,
+    keep_from: str | None = None,
 ) -> _Prepared | None:
     if summary_tokens < 1 or min_tokens < 0:
         raise ValueError("need summary_tokens >= 1 and min_tokens >= 0")
     keys = message_keys(messages) if keys is None else keys
     view: PlanView = render_plan(messages, plan or Plan(), keys)
     start = fold_start(view.messages, view.folds)
-    cut = safe_cut(
-        view.messages,
-        view.keys,
-        protect_tail_tokens=protect_tail_tokens,
-        counter=counter,
-        min_messages=min_messages,
-        start=start,
-    )
+    if keep_from is not None:
+        cut = _cut_at(view, keep_from, start, min_messages)
+    else:
+        cut = safe_cut(
+            view.messages,
+            view.keys,
+            protect_tail_tokens=protect_tail_tokens,
+            counter=counter,
+            min_messages=min_messages,
+            start=start,
+        )
     if cut is None:
         return None
     folded = view.messages[start:cut]
@@ -662,8 +676,33 @@ def _prepare(
         guideline=guideline or getattr(summarizer, "guideline", None) or DEFAULT_GUIDELINE,
         mode=mode or getattr(summarizer, "mode", None) or "standalone",
         budget_tokens=summary_tokens,
+        source_messages=_source_range(messages, keys, key, end_key),
     )
     return _Prepared(key, end_key, ref, fold_header(len(new), tokens, ref), request)
+
+
+def _source_range(
+    messages: Sequence[Message], keys: Sequence[str], first: str, last: str
+) -> tuple[Message, ...]:
+    """The transcript messages from key `first` to key `last` (empty when they do not
+    resolve, e.g. a summary a framework persisted in place of its range)."""
+    try:
+        start, end = list(keys).index(first), list(keys).index(last)
+    except ValueError:
+        return ()
+    return tuple(messages[start : end + 1]) if start <= end else ()
+
+
+def _cut_at(view: PlanView, keep_from: str, start: int, min_messages: int) -> int | None:
+    """The view index of transcript key `keep_from` as a fold's end, when it is a safe one."""
+    cut = next((i for i, span in enumerate(view.spans) if span[0] == keep_from), None)
+    if cut is None or cut - start < min_messages:
+        return None
+    bad = _straddled(view.messages)
+    if bad[cut] or bad[start] or view.messages[cut].role == "tool":
+        logger.debug("fold: %s is inside a tool exchange; not folding there", keep_from)
+        return None
+    return cut
 
 
 def _is_summary(message: Message) -> bool:
@@ -717,6 +756,7 @@ def plan_fold(
     min_tokens: int = 1_000,
     guideline: str | None = None,
     mode: FoldMode | None = None,
+    keep_from: str | None = None,
 ) -> Edit | None:
     """Plan one fold of the view `render_plan(messages, plan, keys)`: archive, summarize, edit.
 
@@ -744,6 +784,9 @@ def plan_fold(
         min_tokens: fewer new tokens than this → no fold.
         guideline: default: the summarizer's `guideline`, else `DEFAULT_GUIDELINE`.
         mode: default: the summarizer's `mode`, else `standalone`.
+        keep_from: transcript key of the first message to keep: the fold ends right before
+            it instead of before the protected tail (a finished task's end); no fold when
+            that is not a safe cut.
 
     Returns:
         The fold edit to append in a new epoch, or None when there is nothing to fold.
@@ -765,6 +808,7 @@ def plan_fold(
         min_tokens=min_tokens,
         guideline=guideline,
         mode=mode,
+        keep_from=keep_from,
     )
     if prepared is None:
         return None
@@ -798,6 +842,7 @@ async def aplan_fold(
     min_tokens: int = 1_000,
     guideline: str | None = None,
     mode: FoldMode | None = None,
+    keep_from: str | None = None,
 ) -> Edit | None:
     """Async `plan_fold` (the summarizer is awaited via `asummarize`)."""
     counter = counter or get_counter()
@@ -817,6 +862,7 @@ async def aplan_fold(
         min_tokens=min_tokens,
         guideline=guideline,
         mode=mode,
+        keep_from=keep_from,
     )
     if prepared is None:
         return None

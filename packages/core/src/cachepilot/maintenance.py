@@ -37,6 +37,7 @@ __all__ = [
     "prune_candidates",
     "rates",
     "stub_text",
+    "task_fold_pays",
 ]
 
 _STUB_MAX_LABEL = 60
@@ -80,7 +81,11 @@ class MaintenanceConfig(BaseModel):
     fold_min_tokens: int = 15_000
     """A cost-model fold must remove at least this many tokens."""
     fold_summary_tokens: int = 800
-    """Expected size of a fold summary (for the cost model)."""
+    """Target size of a fold summary (the cost model counts on it)."""
+    fold_finished_tasks: bool = True
+    """Fold the tasks the lifecycle marks evictable (a later user turn started the next task
+    and none of their work is referenced any more) as soon as the cost model says it pays,
+    however small they are: the current task is the protected tail."""
     context_window: int | None = None
     """Usable input window in tokens; None takes the provider profile's."""
     horizon: float = 0.5
@@ -228,11 +233,16 @@ class Rates:
     """USD a token costs once when an edit before it breaks the cached prefix."""
 
 
-def rates(config: MaintenanceConfig, price: Price, call: int) -> Rates:
-    """Cost-model rates at call `call` (remaining calls ≈ `horizon` × calls so far)."""
-    expected = max(
-        config.min_expected_calls, min(config.max_expected_calls, round(call * config.horizon))
-    )
+def rates(
+    config: MaintenanceConfig, price: Price, call: int, expected_calls: int | None = None
+) -> Rates:
+    """Cost-model rates at call `call`.
+
+    Remaining calls: `expected_calls` when the caller knows better (bounded by the config's
+    limits), else `horizon` × calls so far.
+    """
+    guess = round(call * config.horizon) if expected_calls is None else expected_calls
+    expected = max(config.min_expected_calls, min(config.max_expected_calls, guess))
     hit = price.hit_per_m / 1e6
     write_premium = max(0.0, price.effective_write_per_m - price.miss_per_m) / 1e6
     return Rates(
@@ -266,6 +276,36 @@ def fold_pays(
     remiss = sum(sizes[first_user + 1 :]) - removed
     rate = rates(config, price, call)
     return removed * rate.saving_per_token > remiss * rate.remiss_per_token
+
+
+def task_fold_pays(
+    sizes: Sequence[int],
+    start: int,
+    cut: int,
+    *,
+    config: MaintenanceConfig,
+    price: Price,
+    expected_calls: int,
+) -> tuple[bool, int, int]:
+    """Whether folding view messages `[start, cut)` (finished tasks) into one summary pays.
+
+    Args:
+        sizes: tokens of each view message.
+        start: first folded index.
+        cut: first kept index.
+        config: maintenance settings (`fold_summary_tokens`).
+        price: the provider's prices.
+        expected_calls: calls the thread is expected to run after this one.
+
+    Returns:
+        (pays, tokens removed, tokens re-missed).
+    """
+    removed = sum(sizes[start:cut]) - config.fold_summary_tokens
+    if removed <= 0:
+        return False, 0, 0
+    remiss = sum(sizes[start:]) - removed
+    rate = rates(config, price, 0, expected_calls)
+    return removed * rate.saving_per_token > remiss * rate.remiss_per_token, removed, remiss
 
 
 def decide(

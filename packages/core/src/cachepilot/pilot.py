@@ -31,8 +31,8 @@ from cachepilot.canonical import (
     tool_fingerprint,
 )
 from cachepilot.canonical import tool_name as schema_name
-from cachepilot.fold import Summarizer, emergency_fold, plan_fold
-from cachepilot.lifecycle import Estimator, LifecycleRegistry, RuleEstimator
+from cachepilot.fold import Summarizer, emergency_fold, fold_start, plan_fold
+from cachepilot.lifecycle import Estimator, LifecycleRegistry, RuleEstimator, SegmentState
 from cachepilot.maintenance import (
     Candidate,
     Decision,
@@ -41,10 +41,13 @@ from cachepilot.maintenance import (
     decide,
     fold_pays,
     prune_candidates,
+    rates,
     stub_text,
+    task_fold_pays,
 )
 from cachepilot.messages import KeyTracker, Message, pairing_issues
-from cachepilot.plan import Edit, Epoch, Plan, apply_plan, render_plan
+from cachepilot.plan import Edit, Epoch, Plan, PlanView, apply_plan, render_plan
+from cachepilot.pricing import Price
 from cachepilot.recall import RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA, recall
 from cachepilot.reduce import (
     IngestMemory,
@@ -71,6 +74,8 @@ logger = logging.getLogger(__name__)
 
 _STATE_VERSION = 1
 _MAX_DECISIONS = 50
+_MIN_FOLD_MESSAGES = 4
+"""A fold of fewer messages than this is not worth its summary (as `plan_fold`'s default)."""
 _ARGS_META_LIMIT = 2_000
 
 
@@ -613,8 +618,16 @@ class CachePilot:
                 edits = self._stub_edits(thread, view, chosen, counter)
             remaining = context - (decision.removed_tokens if edits else 0)
             fold_reason = None
+            task_fold = (
+                self._finished_task_fold(state, rendered, counter, profile.price)
+                if cfg.fold and cfg.fold_finished_tasks
+                else None
+            )
             if cfg.fold and remaining >= cfg.fold_trigger * window:
                 fold_reason = "fold-trigger"
+            elif task_fold is not None:
+                fold_reason = "finished-task-fold"
+                decision = task_fold[1].model_copy(update={"context_tokens": context})
             elif (
                 cfg.fold
                 and cfg.fold_by_cost
@@ -631,6 +644,7 @@ class CachePilot:
                     pending=edits,
                     system=system,
                     counter=counter,
+                    keep_from=task_fold[0] if task_fold is not None else None,
                 )
                 if edits and not decision.apply:
                     decision = decision.model_copy(update={"apply": True, "reason": fold_reason})
@@ -685,8 +699,10 @@ class CachePilot:
         system: str | None,
         counter: TokenCounter,
         emergency: bool = False,
+        keep_from: str | None = None,
     ) -> list[Edit]:
-        """A fold of everything before the protected tail, as seen after `pending` edits."""
+        """A fold of everything before the protected tail (or before the message keyed
+        `keep_from`), as seen after `pending` edits."""
         trial = state.plan.model_copy(deep=True)
         if pending:
             trial.epochs.append(
@@ -709,6 +725,8 @@ class CachePilot:
                 canon_messages,
                 keys,
                 protect_tail_tokens=self.config.maintenance.fold_protect_tokens,
+                summary_tokens=self.config.maintenance.fold_summary_tokens,
+                keep_from=keep_from,
                 **args,
             )
         return [edit] if edit is not None else []
@@ -759,6 +777,51 @@ class CachePilot:
             state.revision += 1
             logger.warning("thread %s: emergency fold after a context-length error", thread)
             return True
+
+    def _finished_task_fold(
+        self, state: PilotState, rendered: PlanView, counter: TokenCounter, price: Price
+    ) -> tuple[str, Decision] | None:
+        """Where a fold of the leading finished tasks would end, when the cost model says it
+        pays: (key of the first message kept, the decision record), else None.
+
+        The run of tasks from the first one that the lifecycle marks evictable is folded; the
+        first task not evictable (the current one at the latest) is kept whole. The current
+        task is expected to run as long as the finished ones did on average.
+        """
+        registry = state.lifecycle
+        tasks = registry.tasks()
+        run = 0
+        while run < len(tasks) and tasks[run].state is SegmentState.EVICTABLE:
+            run += 1
+        if run == 0 or run == len(tasks) or not tasks[run].keys:
+            return None
+        keep_from = tasks[run].keys[0]
+        view = rendered.messages
+        start = fold_start(view, rendered.folds)
+        cut = next((i for i, span in enumerate(rendered.spans) if span[0] == keep_from), None)
+        if cut is None or cut - start < _MIN_FOLD_MESSAGES:
+            return None
+        sizes = [counter.count_message(m, k) for m, k in zip(view, rendered.keys, strict=True)]
+        cfg = self.config.maintenance
+        expected = _expected_task_calls(registry, cfg.horizon)
+        pays, removed, remiss = task_fold_pays(
+            sizes, start, cut, config=cfg, price=price, expected_calls=expected
+        )
+        if not pays:
+            return None
+        rate = rates(cfg, price, state.calls, expected)
+        decision = Decision(
+            call=state.calls,
+            apply=True,
+            reason="finished-task-fold",
+            candidates=cut - start,
+            removed_tokens=removed,
+            remiss_tokens=remiss,
+            expected_calls=rate.expected_calls,
+            saving_usd=round(removed * rate.saving_per_token, 6),
+            cost_usd=round(remiss * rate.remiss_per_token, 6),
+        )
+        return keep_from, decision
 
     def _evictable(
         self, state: PilotState, messages: Sequence[Message], keys: Sequence[str]
@@ -936,6 +999,18 @@ class CachePilot:
             for key, value in usage.to_dict().items():
                 state.usage[key] = state.usage.get(key, 0) + value
             state.revision += 1
+
+
+def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:
+    """Calls the current task is expected to run from now: as long as the finished tasks ran
+    on average, and at least `horizon` × the calls it has run so far."""
+    lengths = [
+        t.ended_at_call - t.created_at_call for t in registry.tasks() if t.ended_at_call is not None
+    ]
+    current = registry.segments.get(registry.current_task or "")
+    elapsed = registry.calls - current.created_at_call if current is not None else 0
+    mean = sum(lengths) / len(lengths) if lengths else 0.0
+    return max(round(mean - elapsed), round(elapsed * horizon))
 
 
 def _stub_tokens(candidate: Candidate) -> int:

@@ -13,6 +13,8 @@ Rules, evaluated on the facts `LifecycleRegistry.observe` recorded:
   identifiers its output produced) within the last `reference_window` calls; while one does,
   it stays `completed` (alive). `reference_window=None` keeps a unit referenced once after
   its task ended alive for good;
+- a completed task is `evictable` as a whole (the scheduler may fold it) once a later user
+  turn started the next task and every one of its units is evictable;
 - never: the last `protect_last_units` units, and units still waiting for tool results.
 """
 
@@ -66,6 +68,7 @@ class RuleEstimator:
             (`None`: for good).
         supersession: apply the supersession rule.
         task_completion: apply the completed-task rule.
+        task_eviction: mark a finished task evictable once all its units are.
 
     Raises:
         ValueError: on a negative count or a `reference_window` < 1.
@@ -81,6 +84,7 @@ class RuleEstimator:
         reference_window: int | None = 12,
         supersession: bool = True,
         task_completion: bool = True,
+        task_eviction: bool = True,
     ) -> None:
         if protect_last_units < 0:
             raise ValueError(f"protect_last_units must be >= 0, got {protect_last_units}")
@@ -93,6 +97,7 @@ class RuleEstimator:
         self.reference_window = reference_window
         self.supersession = supersession
         self.task_completion = task_completion
+        self.task_eviction = task_eviction
 
     def evaluate(
         self,
@@ -161,7 +166,40 @@ class RuleEstimator:
                     deltas.append(self._delta(unit, _EVICTABLE, reason))
             elif tstate is _ACTIVE and unit.state is _COMPLETED:
                 deltas.append(self._delta(unit, _ACTIVE, "task resumed"))
+        if self.task_eviction:
+            deltas += self._finished_tasks(registry, task_state, deltas)
         return deltas
+
+    def _finished_tasks(
+        self,
+        registry: LifecycleRegistry,
+        task_state: dict[str, SegmentState],
+        deltas: Sequence[LifecycleDelta],
+    ) -> list[LifecycleDelta]:
+        """Tasks a later user turn ended whose units are all evictable (after `deltas`)."""
+        unit_state = {u.id: u.state for u in registry.units()}
+        unit_state.update({d.segment_id: d.to_state for d in deltas})
+        out: list[LifecycleDelta] = []
+        for task in registry.tasks():
+            if (
+                task_state.get(task.id) is not _COMPLETED
+                or task.ended_at_call is None
+                or task.id == registry.current_task
+            ):
+                continue
+            units = [k for k in task.keys if f"unit:{k}" in unit_state]
+            if all(unit_state[f"unit:{k}"] is _EVICTABLE for k in units):
+                reason = f"next task started at call {task.ended_at_call}; all its work evictable"
+                out.append(
+                    LifecycleDelta(
+                        segment_id=task.id,
+                        to_state=_EVICTABLE,
+                        reason=reason,
+                        from_state=_COMPLETED,
+                        source=self.name,
+                    )
+                )
+        return out
 
     @staticmethod
     def _task_end(task: Segment) -> int:
