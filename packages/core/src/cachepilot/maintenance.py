@@ -167,6 +167,7 @@ def prune_candidates(
     *,
     already: set[str],
     evictable: dict[str, str] | None = None,
+    sizes: Sequence[int] | None = None,
 ) -> list[Candidate]:
     """Tool results outside the protected tail that a maintenance point could stub.
 
@@ -177,8 +178,10 @@ def prune_candidates(
         config: maintenance settings.
         already: keys edited by earlier epochs.
         evictable: key → reason for results of evictable work units (from the lifecycle).
+        sizes: `counter.count_message` of each message, when the caller keeps them.
     """
     evictable = evictable or {}
+    size = _sizer(messages, counter, sizes)
     tool_indices = [i for i, m in enumerate(messages) if m.role == "tool"]
     protected: set[int] = set(
         tool_indices[-config.protect_results :] if config.protect_results else ()
@@ -188,7 +191,7 @@ def prune_candidates(
         if budget <= 0:
             break
         protected.add(i)
-        budget -= counter.count_message(messages[i])
+        budget -= size(i)
     if config.protect_user_turns:
         users = [i for i, m in enumerate(messages) if m.role == "user"]
         if users:
@@ -199,7 +202,7 @@ def prune_candidates(
         key = keys[i]
         if i in protected or key in already:
             continue
-        tokens = counter.count_message(messages[i])
+        tokens = size(i)
         if tokens < config.min_result_tokens:
             continue
         if config.evict and key in evictable:
@@ -207,6 +210,28 @@ def prune_candidates(
         elif config.prune:
             out.append(Candidate(i, key, "stub", tokens, "old tool output"))
     return out
+
+
+def _sizer(
+    messages: Sequence[Message], counter: TokenCounter, sizes: Sequence[int] | None
+) -> Callable[[int], int]:
+    """Tokens of `messages[i]`: from `sizes` when given (they must align), else counted."""
+    if sizes is None:
+        return lambda i: counter.count_message(messages[i])
+    if len(sizes) != len(messages):
+        raise ValueError(f"sizes ({len(sizes)}) must align with messages ({len(messages)})")
+    known = sizes
+    return lambda i: known[i]
+
+
+def _all_sizes(
+    messages: Sequence[Message], counter: TokenCounter, sizes: Sequence[int] | None
+) -> Sequence[int]:
+    if sizes is None:
+        return [counter.count_message(m) for m in messages]
+    if len(sizes) != len(messages):
+        raise ValueError(f"sizes ({len(sizes)}) must align with messages ({len(messages)})")
+    return sizes
 
 
 @dataclass(slots=True)
@@ -248,10 +273,15 @@ def fold_pays(
     config: MaintenanceConfig,
     price: Price,
     call: int,
+    *,
+    sizes: Sequence[int] | None = None,
 ) -> bool:
     """True when folding everything between the task statement and the protected tail is
-    expected to save more over the remaining calls than the re-miss it causes."""
-    sizes = [counter.count_message(m) for m in view]
+    expected to save more over the remaining calls than the re-miss it causes.
+
+    `sizes`: `counter.count_message` of each view message, when the caller keeps them.
+    """
+    sizes = _all_sizes(view, counter, sizes)
     first_user = next((i for i, m in enumerate(view) if m.role == "user"), None)
     if first_user is None:
         return False
@@ -281,8 +311,11 @@ def decide(
     context_tokens: int,
     context_window: int,
     stub_tokens: Callable[[Candidate], int],
+    sizes: Sequence[int] | None = None,
 ) -> tuple[Decision, list[Candidate]]:
     """Decide whether this call is a maintenance point, and which candidates to apply.
+
+    `sizes`: `counter.count_message` of each of `messages`, when the caller keeps them.
 
     Returns:
         The decision record and the candidates to turn into edits (empty when not applying).
@@ -305,7 +338,8 @@ def decide(
     )
     if not config.enabled or not totals.edits or totals.first_index is None:
         return record, []
-    remiss = sum(counter.count_message(m) for m in messages[totals.first_index :])
+    all_sizes = _all_sizes(messages, counter, sizes)
+    remiss = sum(all_sizes[totals.first_index :])
     rate = rates(config, price, call)
     cost_usd = remiss * rate.remiss_per_token
     saving_usd = totals.removed * rate.saving_per_token
@@ -337,6 +371,7 @@ def decide(
         edits=totals.edits,
         counter=counter,
         stub_tokens=stub_tokens,
+        sizes=all_sizes,
         saving_per_token=rate.saving_per_token,
         remiss_per_token=rate.remiss_per_token,
     )
@@ -365,6 +400,7 @@ def _best_cut(
     stub_tokens: Callable[[Candidate], int],
     saving_per_token: float,
     remiss_per_token: float,
+    sizes: Sequence[int] | None = None,
 ) -> tuple[list[Candidate], int, int, float, float] | None:
     """Among "every candidate from the j-th on", the set with the largest positive net saving.
 
@@ -373,16 +409,21 @@ def _best_cut(
         cut pays.
     """
     ordered = sorted(edits, key=lambda c: c.index)
-    sizes = [counter.count_message(m) for m in messages]
-    tail_from = [0] * (len(sizes) + 1)
-    for i in range(len(sizes) - 1, -1, -1):
-        tail_from[i] = tail_from[i + 1] + sizes[i]
+    sizes = _all_sizes(messages, counter, sizes)
     best: tuple[list[Candidate], int, int, float, float] | None = None
     best_net = 0.0
     removed = 0
+    # Tokens from each candidate to the end, walked backwards one gap at a time: the cost
+    # follows the candidates, not the history's length.
+    remiss = 0
+    at = len(sizes)
     for j in range(len(ordered) - 1, -1, -1):
         removed += max(0, ordered[j].tokens - stub_tokens(ordered[j]))
-        remiss = tail_from[ordered[j].index]
+        index = ordered[j].index
+        if not 0 <= index <= len(sizes):
+            raise IndexError(f"candidate index {index} outside the {len(sizes)} messages")
+        remiss += sum(sizes[index:at])
+        at = index
         saving = removed * saving_per_token
         cost = remiss * remiss_per_token
         if saving - cost > best_net:
