@@ -400,17 +400,17 @@ def test_finished_task_folds_can_be_turned_off() -> None:
 
 
 def test_task_fold_cost_model_by_hand() -> None:
-    from cachepilot.maintenance import task_fold_pays
+    from cachepilot.maintenance import task_fold_estimate
 
     sizes = [100, 5_000, 5_000, 200, 300]  # task statement, finished task, current task
     cfg = MaintenanceConfig(fold_summary_tokens=500)
     # removed = 10,000 - 500 = 9,500; re-miss = (10,000 + 500) - 9,500 = 1,000 tokens.
-    pays, removed, remiss = task_fold_pays(sizes, 1, 3, config=cfg, price=PRICE, expected_calls=2)
-    assert (removed, remiss) == (9_500, 1_000)
+    estimate = task_fold_estimate(sizes, 1, 3, config=cfg, price=PRICE, expected_calls=2)
+    assert (estimate.removed_tokens, estimate.remiss_tokens) == (9_500, 1_000)
     # saving 9,500 × 0.1e-6 × 2 = 0.0019 > cost 1,000 × 0.9e-6 = 0.0009
-    assert pays
+    assert estimate.pays
+    record = estimate.decision(7, "finished-task-fold", 12_000, 2)
+    assert (record.saving_usd, record.cost_usd, record.expected_calls) == (0.0019, 0.0009, 2)
     # a tiny range does not pay for its summary
-    assert (
-        task_fold_pays([100, 300, 200], 1, 2, config=cfg, price=PRICE, expected_calls=50)[0]
-        is False
-    )
+    tiny = task_fold_estimate([100, 300, 200], 1, 2, config=cfg, price=PRICE, expected_calls=50)
+    assert not tiny.pays

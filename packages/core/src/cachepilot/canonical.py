@@ -1160,14 +1160,18 @@ class CanonicalState(BaseModel):
 class Canonicalizer:
     """Applies canonicalization to each model request of a thread.
 
-    Stateless apart from a small memo of the last tool list (so an unchanged tool list comes
-    back as the same dict objects); per-thread state lives in `CanonicalState`.
+    Stateless apart from small memos: of the last tool list (so an unchanged tool list comes
+    back as the same dict objects), and of the messages it rewrote (so an unchanged rewrite
+    comes back as the same `Message` object, and identity memos downstream keep hitting);
+    per-thread state lives in `CanonicalState`.
     """
 
     def __init__(self, config: CanonicalConfig | None = None) -> None:
         """Create a canonicalizer (the default `CanonicalConfig` when None)."""
         self.config = config or CanonicalConfig()
-        self._tools_memo: tuple[tuple[str, ...], list[dict[str, Any]]] | None = None
+        self._tools_memo: tuple[tuple[str, ...], list[dict[str, Any]], str] | None = None
+        self._rewrites: OrderedDict[int, tuple[Message, Message]] = OrderedDict()
+        self._rewrites_lock = threading.Lock()
 
     def apply(
         self,
@@ -1205,7 +1209,24 @@ class Canonicalizer:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _tools(self, tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def _stable(self, original: Message, rewritten: Message) -> Message:
+        """`rewritten`, or the equal message this canonicalizer returned for `original` before
+        (the same object every call while the rewrite does not change)."""
+        if rewritten is original:
+            return original
+        with self._rewrites_lock:
+            hit = self._rewrites.get(id(original))
+            if hit is not None and hit[0] is original and hit[1] == rewritten:
+                self._rewrites.move_to_end(id(original))
+                return hit[1]
+            # The entry holds `original`, so its id() cannot be reused while it is cached.
+            self._rewrites[id(original)] = (original, rewritten)
+            while len(self._rewrites) > _CACHE_ENTRIES:
+                self._rewrites.popitem(last=False)
+        return rewritten
+
+    def _tools(self, tools: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+        """The tools to send, and their `tool_fingerprint` (memoised with them)."""
         cfg = self.config
         keyed = [(tool_name(t), canonical_json(t), t) for t in tools]
         if cfg.sort_tools:
@@ -1213,10 +1234,10 @@ class Canonicalizer:
         key = tuple(j for _, j, _ in keyed)
         memo = self._tools_memo
         if memo is not None and memo[0] == key:
-            return list(memo[1])
+            return list(memo[1]), memo[2]
         out = [canonicalize_tool(t) if cfg.canonical_tool_keys else dict(t) for _, _, t in keyed]
-        self._tools_memo = (key, out)
-        return list(out)
+        self._tools_memo = (key, out, tool_fingerprint(out))
+        return list(out), self._tools_memo[2]
 
     def _apply(
         self,
@@ -1229,18 +1250,20 @@ class Canonicalizer:
     ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
         cfg = self.config
         assigner = _Assigner(cfg)
-        tools_out = self._tools(tools)
+        tools_out, fingerprint = self._tools(tools)
         if cfg.canonicalize_tool_descriptions:
             tools_out = [_canonical_descriptions(t, assigner) for t in tools_out]
+            fingerprint = tool_fingerprint(tools_out)
         system_out = assigner.canonicalize(system)[0] if isinstance(system, str) else system
         out = list(messages)
         n_leading = 0
         if cfg.leading_system_messages:
             while n_leading < len(out) and out[n_leading].role == "system":
-                out[n_leading] = _canonical_message(out[n_leading], assigner)
+                out[n_leading] = self._stable(
+                    out[n_leading], _canonical_message(out[n_leading], assigner)
+                )
                 n_leading += 1
 
-        fingerprint = tool_fingerprint(tools_out)
         digest = _digest(fingerprint, system_out, out[:n_leading])
         current = assigner.values
         self._update_state(state, current, digest, fingerprint, maintenance=maintenance)
@@ -1251,9 +1274,13 @@ class Canonicalizer:
             if state.placement is None:
                 state.placement = cfg.placement if first_user is not None else "system_tail"
             if state.placement == "first_user" and first_user is not None:
-                out[first_user] = _prepend_block(out[first_user], block)
+                out[first_user] = self._stable(
+                    out[first_user], _prepend_block(out[first_user], block)
+                )
             elif n_leading:
-                out[n_leading - 1] = _append_block(out[n_leading - 1], block)
+                out[n_leading - 1] = self._stable(
+                    out[n_leading - 1], _append_block(out[n_leading - 1], block)
+                )
             else:
                 system_out = _append_text(system_out, block)
         if logger.isEnabledFor(logging.DEBUG):

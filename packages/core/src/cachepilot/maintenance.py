@@ -29,15 +29,17 @@ from cachepilot.tokens import TokenCounter
 __all__ = [
     "Candidate",
     "Decision",
+    "FoldEstimate",
     "MaintenanceConfig",
     "Rates",
     "build_edits",
     "decide",
+    "fold_estimate",
     "fold_pays",
     "prune_candidates",
     "rates",
     "stub_text",
-    "task_fold_pays",
+    "task_fold_estimate",
 ]
 
 _STUB_MAX_LABEL = 60
@@ -172,6 +174,7 @@ def prune_candidates(
     *,
     already: set[str],
     evictable: dict[str, str] | None = None,
+    sizes: Sequence[int] | None = None,
 ) -> list[Candidate]:
     """Tool results outside the protected tail that a maintenance point could stub.
 
@@ -182,8 +185,10 @@ def prune_candidates(
         config: maintenance settings.
         already: keys edited by earlier epochs.
         evictable: key → reason for results of evictable work units (from the lifecycle).
+        sizes: `counter.count_message` of each message, when the caller keeps them.
     """
     evictable = evictable or {}
+    size = _sizer(messages, counter, sizes)
     tool_indices = [i for i, m in enumerate(messages) if m.role == "tool"]
     protected: set[int] = set(
         tool_indices[-config.protect_results :] if config.protect_results else ()
@@ -193,7 +198,7 @@ def prune_candidates(
         if budget <= 0:
             break
         protected.add(i)
-        budget -= counter.count_message(messages[i])
+        budget -= size(i)
     if config.protect_user_turns:
         users = [i for i, m in enumerate(messages) if m.role == "user"]
         if users:
@@ -204,7 +209,7 @@ def prune_candidates(
         key = keys[i]
         if i in protected or key in already:
             continue
-        tokens = counter.count_message(messages[i])
+        tokens = size(i)
         if tokens < config.min_result_tokens:
             continue
         if config.evict and key in evictable:
@@ -212,6 +217,28 @@ def prune_candidates(
         elif config.prune:
             out.append(Candidate(i, key, "stub", tokens, "old tool output"))
     return out
+
+
+def _sizer(
+    messages: Sequence[Message], counter: TokenCounter, sizes: Sequence[int] | None
+) -> Callable[[int], int]:
+    """Tokens of `messages[i]`: from `sizes` when given (they must align), else counted."""
+    if sizes is None:
+        return lambda i: counter.count_message(messages[i])
+    if len(sizes) != len(messages):
+        raise ValueError(f"sizes ({len(sizes)}) must align with messages ({len(messages)})")
+    known = sizes
+    return lambda i: known[i]
+
+
+def _all_sizes(
+    messages: Sequence[Message], counter: TokenCounter, sizes: Sequence[int] | None
+) -> Sequence[int]:
+    if sizes is None:
+        return [counter.count_message(m) for m in messages]
+    if len(sizes) != len(messages):
+        raise ValueError(f"sizes ({len(sizes)}) must align with messages ({len(messages)})")
+    return sizes
 
 
 @dataclass(slots=True)
@@ -252,33 +279,86 @@ def rates(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class FoldEstimate:
+    """The cost model's view of one possible fold."""
+
+    pays: bool
+    """The expected saving exceeds the re-miss."""
+    removed_tokens: int
+    """Tokens the fold removes from every later request (range minus summary)."""
+    remiss_tokens: int
+    """Tokens from the range's start on, billed again at the miss price once."""
+    rate: Rates
+
+    def decision(self, call: int, reason: str, context_tokens: int, candidates: int) -> Decision:
+        """The scheduler record of applying this fold."""
+        return Decision(
+            call=call,
+            apply=True,
+            reason=reason,
+            candidates=candidates,
+            removed_tokens=self.removed_tokens,
+            remiss_tokens=self.remiss_tokens,
+            expected_calls=self.rate.expected_calls,
+            saving_usd=round(self.removed_tokens * self.rate.saving_per_token, 6),
+            cost_usd=round(self.remiss_tokens * self.rate.remiss_per_token, 6),
+            context_tokens=context_tokens,
+        )
+
+
+def _estimate(
+    sizes: Sequence[int], start: int, cut: int, config: MaintenanceConfig, rate: Rates
+) -> FoldEstimate:
+    removed = sum(sizes[start:cut]) - config.fold_summary_tokens
+    remiss = sum(sizes[start:]) - removed
+    pays = removed > 0 and removed * rate.saving_per_token > remiss * rate.remiss_per_token
+    return FoldEstimate(pays, removed, remiss, rate)
+
+
+def fold_estimate(
+    view: Sequence[Message],
+    counter: TokenCounter,
+    config: MaintenanceConfig,
+    price: Price,
+    call: int,
+    *,
+    sizes: Sequence[int] | None = None,
+) -> FoldEstimate | None:
+    """The cost model on folding everything between the task statement and the protected
+    tail; None when that range would remove fewer than `fold_min_tokens`.
+
+    `sizes`: `counter.count_message` of each view message, when the caller keeps them.
+    """
+    sizes = _all_sizes(view, counter, sizes)
+    first_user = next((i for i, m in enumerate(view) if m.role == "user"), None)
+    if first_user is None:
+        return None
+    tail = 0
+    cut = len(sizes)
+    while cut > first_user + 1 and tail < config.fold_protect_tokens:
+        cut -= 1
+        tail += sizes[cut]
+    estimate = _estimate(sizes, first_user + 1, cut, config, rates(config, price, call))
+    return None if estimate.removed_tokens < config.fold_min_tokens else estimate
+
+
 def fold_pays(
     view: Sequence[Message],
     counter: TokenCounter,
     config: MaintenanceConfig,
     price: Price,
     call: int,
+    *,
+    sizes: Sequence[int] | None = None,
 ) -> bool:
     """True when folding everything between the task statement and the protected tail is
     expected to save more over the remaining calls than the re-miss it causes."""
-    sizes = [counter.count_message(m) for m in view]
-    first_user = next((i for i, m in enumerate(view) if m.role == "user"), None)
-    if first_user is None:
-        return False
-    tail = 0
-    cut = len(sizes)
-    while cut > first_user + 1 and tail < config.fold_protect_tokens:
-        cut -= 1
-        tail += sizes[cut]
-    removed = sum(sizes[first_user + 1 : cut]) - config.fold_summary_tokens
-    if removed < config.fold_min_tokens:
-        return False
-    remiss = sum(sizes[first_user + 1 :]) - removed
-    rate = rates(config, price, call)
-    return removed * rate.saving_per_token > remiss * rate.remiss_per_token
+    estimate = fold_estimate(view, counter, config, price, call, sizes=sizes)
+    return estimate is not None and estimate.pays
 
 
-def task_fold_pays(
+def task_fold_estimate(
     sizes: Sequence[int],
     start: int,
     cut: int,
@@ -286,26 +366,10 @@ def task_fold_pays(
     config: MaintenanceConfig,
     price: Price,
     expected_calls: int,
-) -> tuple[bool, int, int]:
-    """Whether folding view messages `[start, cut)` (finished tasks) into one summary pays.
-
-    Args:
-        sizes: tokens of each view message.
-        start: first folded index.
-        cut: first kept index.
-        config: maintenance settings (`fold_summary_tokens`).
-        price: the provider's prices.
-        expected_calls: calls the thread is expected to run after this one.
-
-    Returns:
-        (pays, tokens removed, tokens re-missed).
-    """
-    removed = sum(sizes[start:cut]) - config.fold_summary_tokens
-    if removed <= 0:
-        return False, 0, 0
-    remiss = sum(sizes[start:]) - removed
-    rate = rates(config, price, 0, expected_calls)
-    return removed * rate.saving_per_token > remiss * rate.remiss_per_token, removed, remiss
+) -> FoldEstimate:
+    """The cost model on folding view messages `[start, cut)` (finished tasks) into one
+    summary, over `expected_calls` remaining calls (`sizes`: tokens per view message)."""
+    return _estimate(sizes, start, cut, config, rates(config, price, 0, expected_calls))
 
 
 def decide(
@@ -321,8 +385,11 @@ def decide(
     context_tokens: int,
     context_window: int,
     stub_tokens: Callable[[Candidate], int],
+    sizes: Sequence[int] | None = None,
 ) -> tuple[Decision, list[Candidate]]:
     """Decide whether this call is a maintenance point, and which candidates to apply.
+
+    `sizes`: `counter.count_message` of each of `messages`, when the caller keeps them.
 
     Returns:
         The decision record and the candidates to turn into edits (empty when not applying).
@@ -345,7 +412,8 @@ def decide(
     )
     if not config.enabled or not totals.edits or totals.first_index is None:
         return record, []
-    remiss = sum(counter.count_message(m) for m in messages[totals.first_index :])
+    all_sizes = _all_sizes(messages, counter, sizes)
+    remiss = sum(all_sizes[totals.first_index :])
     rate = rates(config, price, call)
     cost_usd = remiss * rate.remiss_per_token
     saving_usd = totals.removed * rate.saving_per_token
@@ -377,6 +445,7 @@ def decide(
         edits=totals.edits,
         counter=counter,
         stub_tokens=stub_tokens,
+        sizes=all_sizes,
         saving_per_token=rate.saving_per_token,
         remiss_per_token=rate.remiss_per_token,
     )
@@ -405,6 +474,7 @@ def _best_cut(
     stub_tokens: Callable[[Candidate], int],
     saving_per_token: float,
     remiss_per_token: float,
+    sizes: Sequence[int] | None = None,
 ) -> tuple[list[Candidate], int, int, float, float] | None:
     """Among "every candidate from the j-th on", the set with the largest positive net saving.
 
@@ -413,16 +483,21 @@ def _best_cut(
         cut pays.
     """
     ordered = sorted(edits, key=lambda c: c.index)
-    sizes = [counter.count_message(m) for m in messages]
-    tail_from = [0] * (len(sizes) + 1)
-    for i in range(len(sizes) - 1, -1, -1):
-        tail_from[i] = tail_from[i + 1] + sizes[i]
+    sizes = _all_sizes(messages, counter, sizes)
     best: tuple[list[Candidate], int, int, float, float] | None = None
     best_net = 0.0
     removed = 0
+    # Tokens from each candidate to the end, walked backwards one gap at a time: the cost
+    # follows the candidates, not the history's length.
+    remiss = 0
+    at = len(sizes)
     for j in range(len(ordered) - 1, -1, -1):
         removed += max(0, ordered[j].tokens - stub_tokens(ordered[j]))
-        remiss = tail_from[ordered[j].index]
+        index = ordered[j].index
+        if not 0 <= index <= len(sizes):
+            raise IndexError(f"candidate index {index} outside the {len(sizes)} messages")
+        remiss += sum(sizes[index:at])
+        at = index
         saving = removed * saving_per_token
         cost = remiss * remiss_per_token
         if saving - cost > best_net:

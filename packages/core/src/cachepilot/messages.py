@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,6 +23,7 @@ __all__ = [
     "Message",
     "PairingError",
     "PairingIssue",
+    "PairingScanner",
     "ReasoningPart",
     "Role",
     "TextPart",
@@ -285,9 +287,7 @@ class KeyTracker:
     def keys(self, messages: Sequence[Message]) -> list[str]:
         """Stable keys of `messages` (equal to `message_keys(messages)`)."""
         known = len(self._messages)
-        extends = len(messages) >= known and all(
-            a is b for a, b in zip(self._messages, messages, strict=False)
-        )
+        extends = len(messages) >= known and all(map(operator.is_, self._messages, messages))
         if not extends:
             self._messages, self._keys, self._seen, self._taken = [], [], {}, set()
             known = 0
@@ -351,40 +351,74 @@ def pairing_issues(
         allow_pending_tail: calls of the last assistant turn may still be unanswered (the tool
             is running); set False to require every call answered.
     """
-    issues: list[PairingIssue] = []
-    pending: dict[str, int] = {}  # call id -> index of the assistant message
-    answered: set[str] = set()
-    in_tool_block = False
-    for index, message in enumerate(messages):
-        if message.role == "tool":
-            call_id = message.tool_call_id or ""
-            if call_id in pending and in_tool_block:
-                del pending[call_id]
-                answered.add(call_id)
-            elif call_id in answered:
-                issues.append(PairingIssue(index, "duplicate_result", call_id))
-            elif call_id in pending:
-                issues.append(
-                    PairingIssue(index, "interleaved", call_id, "result does not follow its call")
-                )
-                del pending[call_id]
-            else:
-                issues.append(PairingIssue(index, "orphan_result", call_id))
-            continue
-        # Any non-tool message closes the previous assistant turn's answer block.
-        for call_id, at in pending.items():
-            issues.append(PairingIssue(at, "unanswered_call", call_id))
-        pending.clear()
-        in_tool_block = False
-        if message.role == "assistant" and message.tool_calls:
-            for call in message.tool_calls:
-                if call.id in pending or call.id in answered:
-                    issues.append(PairingIssue(index, "duplicate_call", call.id, "call id reused"))
-                pending[call.id] = index
-            in_tool_block = True
-    if pending and not allow_pending_tail:
-        issues.extend(PairingIssue(at, "unanswered_call", cid) for cid, at in pending.items())
-    return issues
+    scanner = PairingScanner()
+    scanner.feed(messages)
+    return scanner.issues(allow_pending_tail=allow_pending_tail)
+
+
+class PairingScanner:
+    """`pairing_issues` for a transcript that grows: feed it the new messages only.
+
+    The issues found in a transcript are a prefix of those found in any longer one (only the
+    pending calls of the last turn depend on what follows), so a scanner fed `messages[:n]`
+    and then `messages[n:]` reports exactly `pairing_issues(messages)`.
+    """
+
+    def __init__(self) -> None:
+        self.fed = 0
+        """Messages fed so far."""
+        self._issues: list[PairingIssue] = []
+        self._pending: dict[str, int] = {}  # call id -> index of the assistant message
+        self._answered: set[str] = set()
+        self._in_tool_block = False
+
+    def feed(self, messages: Iterable[Message]) -> None:
+        """Scan the next messages of the transcript."""
+        issues, pending, answered = self._issues, self._pending, self._answered
+        in_tool_block = self._in_tool_block
+        index = self.fed - 1
+        for index, message in enumerate(messages, self.fed):
+            if message.role == "tool":
+                call_id = message.tool_call_id or ""
+                if call_id in pending and in_tool_block:
+                    del pending[call_id]
+                    answered.add(call_id)
+                elif call_id in answered:
+                    issues.append(PairingIssue(index, "duplicate_result", call_id))
+                elif call_id in pending:
+                    issues.append(
+                        PairingIssue(
+                            index, "interleaved", call_id, "result does not follow its call"
+                        )
+                    )
+                    del pending[call_id]
+                else:
+                    issues.append(PairingIssue(index, "orphan_result", call_id))
+                continue
+            # Any non-tool message closes the previous assistant turn's answer block.
+            for call_id, at in pending.items():
+                issues.append(PairingIssue(at, "unanswered_call", call_id))
+            pending.clear()
+            in_tool_block = False
+            if message.role == "assistant" and message.tool_calls:
+                for call in message.tool_calls:
+                    if call.id in pending or call.id in answered:
+                        issues.append(
+                            PairingIssue(index, "duplicate_call", call.id, "call id reused")
+                        )
+                    pending[call.id] = index
+                in_tool_block = True
+        self._in_tool_block = in_tool_block
+        self.fed = index + 1
+
+    def issues(self, *, allow_pending_tail: bool = True) -> list[PairingIssue]:
+        """The violations in the messages fed so far (see `pairing_issues`)."""
+        out = list(self._issues)
+        if self._pending and not allow_pending_tail:
+            out.extend(
+                PairingIssue(at, "unanswered_call", cid) for cid, at in self._pending.items()
+            )
+        return out
 
 
 def check_pairing(messages: Iterable[Message], *, allow_pending_tail: bool = True) -> None:

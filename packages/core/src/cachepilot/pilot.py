@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -36,17 +37,17 @@ from cachepilot.lifecycle import Estimator, LifecycleRegistry, RuleEstimator, Se
 from cachepilot.maintenance import (
     Candidate,
     Decision,
+    FoldEstimate,
     MaintenanceConfig,
     build_edits,
     decide,
-    fold_pays,
+    fold_estimate,
     prune_candidates,
-    rates,
     stub_text,
-    task_fold_pays,
+    task_fold_estimate,
 )
-from cachepilot.messages import KeyTracker, Message, pairing_issues
-from cachepilot.plan import Edit, Epoch, Plan, PlanView, apply_plan, render_plan
+from cachepilot.messages import KeyTracker, Message, PairingIssue, PairingScanner
+from cachepilot.plan import Edit, Epoch, Plan, PlanRenderer, PlanView
 from cachepilot.pricing import Price
 from cachepilot.recall import RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA, recall
 from cachepilot.reduce import (
@@ -147,6 +148,77 @@ class PilotState(BaseModel):
     it)."""
 
 
+class _ViewCache:
+    """One thread's memory of its last view, so that a call costs O(new messages).
+
+    Holds the incremental renderer, each view message's token count (with their sum), the
+    pairing scan of the view so far, and the plan's edited keys and the lifecycle's
+    evictable results as of their last change. Everything is rebuilt whenever the render was
+    not an extension of the previous one. Never persisted: `PilotState` stays the truth.
+    """
+
+    def __init__(self) -> None:
+        self.renderer = PlanRenderer()
+        self._sizes: list[int] = []
+        self._total = 0
+        self._counter: TokenCounter | None = None
+        self._pairing = PairingScanner()
+        self._edited_plan: Plan | None = None
+        self._edited_epochs = -1
+        self._edited: set[str] = set()
+        self._registry: LifecycleRegistry | None = None
+        self._transitions = -1
+        self._evictable: dict[str, str] = {}
+
+    def render(self, messages: Sequence[Message], plan: Plan, keys: Sequence[str]) -> PlanView:
+        """`render_plan(messages, plan, keys)`, extending the previous view when it can."""
+        view = self.renderer.render(messages, plan, keys)
+        if self.renderer.extended_from is None:
+            self._sizes, self._total = [], 0
+            self._pairing = PairingScanner()
+            self._edited_plan = None
+        return view
+
+    def sizes(self, view: Sequence[Message], counter: TokenCounter) -> tuple[list[int], int]:
+        """Tokens of each message of the last rendered `view`, and their sum (read-only)."""
+        if counter is not self._counter:
+            self._sizes, self._total, self._counter = [], 0, counter
+        known = len(self._sizes)
+        if known < len(view):
+            new = [counter.count_message(m) for m in view[known:]]
+            self._sizes.extend(new)
+            self._total += sum(new)
+        return self._sizes, self._total
+
+    def pairing_issues(self, view: Sequence[Message]) -> list[PairingIssue]:
+        """`pairing_issues(view)` of the last rendered `view`, scanning its new part only."""
+        try:
+            self._pairing.feed(view[self._pairing.fed :])
+        except Exception:
+            self._pairing = PairingScanner()  # half-fed: start over next time
+            raise
+        return self._pairing.issues(allow_pending_tail=True)
+
+    def edited_keys(self, plan: Plan) -> set[str]:
+        """`plan.edited_keys()` (read-only), recomputed only when an epoch was appended."""
+        if plan is not self._edited_plan or len(plan.epochs) != self._edited_epochs:
+            self._edited = plan.edited_keys()
+            self._edited_plan, self._edited_epochs = plan, len(plan.epochs)
+        return self._edited
+
+    def evictable(self, registry: LifecycleRegistry) -> dict[str, str]:
+        """Keys of evictable tool results with why (read-only), kept until a transition."""
+        if registry is not self._registry or registry.transitions != self._transitions:
+            out: dict[str, str] = {}
+            for unit in registry.evictable():
+                why = (unit.reason or "finished work")[:60]
+                for key in unit.keys:
+                    out[key] = why
+            self._evictable = out
+            self._registry, self._transitions = registry, registry.transitions
+        return self._evictable
+
+
 @dataclass(frozen=True, slots=True)
 class IngestReport:
     """What `ingest_report` did with one tool result."""
@@ -199,6 +271,7 @@ class CachePilot:
         self._warned_pairing: set[str] = set()
         # Per-thread caches that make a call cost O(new messages); never part of the state.
         self._trackers: dict[str, KeyTracker] = {}
+        self._views: dict[str, _ViewCache] = {}
         self._tool_tokens: dict[str, int] = {}
         self._fingerprints: dict[tuple[int, ...], tuple[tuple[Mapping[str, Any], ...], str]] = {}
         self._estimator: Estimator = estimator or RuleEstimator()
@@ -452,9 +525,11 @@ class CachePilot:
             in_tools = self._with_recall(tools)
             request = self._canonical(system, messages, in_tools, state.canonical)
             keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
+            cache = self._views.setdefault(thread, _ViewCache())
             clock = time.time() if now is None else now
+            rendered = None
             if maintain:
-                refreshed = self._schedule(
+                refreshed, rendered = self._schedule(
                     thread=thread,
                     state=state,
                     raw_system=system,
@@ -466,7 +541,10 @@ class CachePilot:
                 )
                 request = refreshed or request
             system, canon_messages, out_tools = request
-            view = apply_plan(canon_messages, state.plan, keys)
+            if rendered is None:  # no scheduler, or an epoch was appended: render (again)
+                rendered = cache.render(canon_messages, state.plan, keys)
+            view = rendered.messages
+            issues = self._pairing_issues(cache, view, thread)
             fingerprint = self._fingerprint(out_tools)
             changed = state.tools_fingerprint is not None and fingerprint != state.tools_fingerprint
             if changed and not self.config.canonicalize:  # the canonicalizer logs it otherwise
@@ -475,7 +553,13 @@ class CachePilot:
             state.calls += 1
             state.revision += 1
             state.last_request_time = clock
-        self._check_pairing(view, thread)
+        if issues:
+            logger.warning(
+                "thread %s: the history breaks tool-call pairing (%s); sent as is, the provider "
+                "may reject it",
+                thread,
+                "; ".join(str(i) for i in issues[:3]),
+            )
         return system, view, out_tools
 
     def maintain(
@@ -500,19 +584,17 @@ class CachePilot:
             in_tools = self._with_recall(tools)
             # A scratch copy: the real frozen values change only with an epoch.
             scratch = state.canonical.model_copy(deep=True)
-            appended = (
-                self._schedule(
-                    thread=thread,
-                    state=state,
-                    raw_system=system,
-                    messages=messages,
-                    in_tools=in_tools,
-                    request=self._canonical(system, messages, in_tools, scratch),
-                    keys=self._trackers.setdefault(thread, KeyTracker()).keys(messages),
-                    clock=time.time() if now is None else now,
-                )
-                is not None
+            refreshed, _ = self._schedule(
+                thread=thread,
+                state=state,
+                raw_system=system,
+                messages=messages,
+                in_tools=in_tools,
+                request=self._canonical(system, messages, in_tools, scratch),
+                keys=self._trackers.setdefault(thread, KeyTracker()).keys(messages),
+                clock=time.time() if now is None else now,
             )
+            appended = refreshed is not None
             state.revision += 1  # decisions and the lifecycle change even without an epoch
             return appended
 
@@ -539,12 +621,17 @@ class CachePilot:
         request: tuple[str | None, list[Message], list[dict[str, Any]]],
         keys: Sequence[str],
         clock: float,
-    ) -> tuple[str | None, list[Message], list[dict[str, Any]]] | None:
-        """Ask the scheduler about `request` (canonical); None when no epoch is appended,
-        else the request canonicalized again with the frozen values refreshed."""
+    ) -> tuple[tuple[str | None, list[Message], list[dict[str, Any]]] | None, PlanView | None]:
+        """Ask the scheduler about `request` (canonical).
+
+        Returns:
+            (None, the view of `request` under the plan, when the scheduler rendered one) when
+            no epoch is appended, else (the request canonicalized again with the frozen values
+            refreshed, None).
+        """
         system, canon_messages, out_tools = request
         idle = None if state.last_request_time is None else clock - state.last_request_time
-        if not self._maintain(
+        appended, rendered = self._maintain(
             thread=thread,
             state=state,
             messages=messages,
@@ -553,14 +640,15 @@ class CachePilot:
             system=system,
             tools=out_tools,
             idle=idle,
-        ):
-            return None
+        )
+        if not appended:
+            return None, rendered
         if not self.config.canonicalize:
-            return request
+            return request, None
         # Frozen volatile values refresh at maintenance points only.
         return self._canonicalizer.apply(
             raw_system, messages, in_tools, state.canonical, maintenance=True
-        )
+        ), None
 
     def _maintain(
         self,
@@ -573,31 +661,35 @@ class CachePilot:
         system: str | None,
         tools: Sequence[Mapping[str, Any]],
         idle: float | None,
-    ) -> bool:
+    ) -> tuple[bool, PlanView | None]:
         """Ask the scheduler whether this call is a maintenance point; append the epoch if so.
 
         Prune and evict come first; the fold runs only when the context is still above the
-        fold trigger after them. Returns True when an epoch was appended. Never raises: a
+        fold trigger after them. Returns whether an epoch was appended, and the view it
+        judged (None when it rendered none, or when an epoch made it stale). Never raises: a
         failure skips maintenance for this call.
         """
         cfg = self.config.maintenance
         if not cfg.enabled or not messages:
-            return False
+            return False, None
         try:
             counter = get_counter(self.config.encoding)
             profile = get_profile(self.config.provider)
-            rendered = render_plan(canon_messages, state.plan, keys)
+            cache = self._views.setdefault(thread, _ViewCache())
+            rendered = cache.render(canon_messages, state.plan, keys)
             view, view_keys = rendered.messages, rendered.keys
-            evictable = self._evictable(state, messages, keys) if cfg.evict else {}
+            sizes, view_tokens = cache.sizes(view, counter)
+            evictable = self._evictable(state, messages, keys, cache) if cfg.evict else {}
             candidates = prune_candidates(
                 view,
                 view_keys,
                 counter,
                 cfg,
-                already=state.plan.edited_keys(),
+                already=cache.edited_keys(state.plan),
                 evictable=evictable,
+                sizes=sizes,
             )
-            context = counter.count_messages(view) + counter.count(system or "")
+            context = view_tokens + counter.count(system or "")
             context += self._tools_tokens(tools, counter)
             window = cfg.context_window or profile.context_window
             decision, chosen = decide(
@@ -612,31 +704,36 @@ class CachePilot:
                 context_tokens=context,
                 context_window=window,
                 stub_tokens=_stub_tokens,
+                sizes=sizes,
             )
+            prune_decision = decision
             edits: list[Edit] = []
             if decision.apply and chosen:
                 edits = self._stub_edits(thread, view, chosen, counter)
             remaining = context - (decision.removed_tokens if edits else 0)
             fold_reason = None
+            keep_from: str | None = None
             task_fold = (
-                self._finished_task_fold(state, rendered, counter, profile.price)
+                self._finished_task_fold(state, rendered, counter, profile.price, sizes)
                 if cfg.fold and cfg.fold_finished_tasks
+                else None
+            )
+            cost_fold = (
+                fold_estimate(view, counter, cfg, profile.price, state.calls, sizes=sizes)
+                if cfg.fold and cfg.fold_by_cost and not edits and task_fold is None
                 else None
             )
             if cfg.fold and remaining >= cfg.fold_trigger * window:
                 fold_reason = "fold-trigger"
             elif task_fold is not None:
                 fold_reason = "finished-task-fold"
-                decision = task_fold[1].model_copy(update={"context_tokens": context})
-            elif (
-                cfg.fold
-                and cfg.fold_by_cost
-                and not edits
-                and fold_pays(view, counter, cfg, profile.price, state.calls)
-            ):
+                keep_from, estimate, span = task_fold
+                decision = estimate.decision(state.calls, fold_reason, context, span)
+            elif cost_fold is not None and cost_fold.pays:
                 fold_reason = "cost-model-fold"
+                decision = cost_fold.decision(state.calls, fold_reason, context, 0)
             if fold_reason is not None:
-                edits += self._fold_edits(
+                folded = self._fold_edits(
                     thread=thread,
                     state=state,
                     canon_messages=canon_messages,
@@ -644,9 +741,19 @@ class CachePilot:
                     pending=edits,
                     system=system,
                     counter=counter,
-                    keep_from=task_fold[0] if task_fold is not None else None,
+                    keep_from=keep_from,
                 )
-                if edits and not decision.apply:
+                edits += folded
+                if not folded and fold_reason != "fold-trigger":
+                    # No safe range after all: the record says what was done, not the plan.
+                    decision = (
+                        prune_decision
+                        if prune_decision.apply
+                        else prune_decision.model_copy(
+                            update={"reason": f"{fold_reason}: no safe range to fold"}
+                        )
+                    )
+                elif edits and not decision.apply:
                     decision = decision.model_copy(update={"apply": True, "reason": fold_reason})
             if edits:
                 state.plan.epochs.append(
@@ -663,10 +770,11 @@ class CachePilot:
                     decision.reason,
                     len(edits),
                 )
-            return bool(edits)
+                return True, None
+            return False, rendered
         except Exception:
             logger.warning("thread %s: maintenance skipped after an error", thread, exc_info=True)
-            return False
+            return False, None  # the plan may have changed half-way: render it afresh
 
     def _fingerprint(self, tools: Sequence[Mapping[str, Any]]) -> str:
         """`tool_fingerprint`, memoised for the very tool objects the canonicalizer reuses."""
@@ -779,10 +887,15 @@ class CachePilot:
             return True
 
     def _finished_task_fold(
-        self, state: PilotState, rendered: PlanView, counter: TokenCounter, price: Price
-    ) -> tuple[str, Decision] | None:
-        """Where a fold of the leading finished tasks would end, when the cost model says it
-        pays: (key of the first message kept, the decision record), else None.
+        self,
+        state: PilotState,
+        rendered: PlanView,
+        counter: TokenCounter,
+        price: Price,
+        sizes: Sequence[int],
+    ) -> tuple[str, FoldEstimate, int] | None:
+        """A fold of the leading finished tasks, when the cost model says it pays: (key of
+        the first message kept, the estimate, messages folded), else None.
 
         The run of tasks from the first one that the lifecycle marks evictable is folded; the
         first task not evictable (the current one at the latest) is kept whole. The current
@@ -796,35 +909,27 @@ class CachePilot:
         if run == 0 or run == len(tasks) or not tasks[run].keys:
             return None
         keep_from = tasks[run].keys[0]
-        view = rendered.messages
-        start = fold_start(view, rendered.folds)
+        start = fold_start(rendered.messages, rendered.folds)
         cut = next((i for i, span in enumerate(rendered.spans) if span[0] == keep_from), None)
         if cut is None or cut - start < _MIN_FOLD_MESSAGES:
             return None
-        sizes = [counter.count_message(m, k) for m, k in zip(view, rendered.keys, strict=True)]
         cfg = self.config.maintenance
-        expected = _expected_task_calls(registry, cfg.horizon)
-        pays, removed, remiss = task_fold_pays(
-            sizes, start, cut, config=cfg, price=price, expected_calls=expected
+        estimate = task_fold_estimate(
+            sizes,
+            start,
+            cut,
+            config=cfg,
+            price=price,
+            expected_calls=_expected_task_calls(registry, cfg.horizon),
         )
-        if not pays:
-            return None
-        rate = rates(cfg, price, state.calls, expected)
-        decision = Decision(
-            call=state.calls,
-            apply=True,
-            reason="finished-task-fold",
-            candidates=cut - start,
-            removed_tokens=removed,
-            remiss_tokens=remiss,
-            expected_calls=rate.expected_calls,
-            saving_usd=round(removed * rate.saving_per_token, 6),
-            cost_usd=round(remiss * rate.remiss_per_token, 6),
-        )
-        return keep_from, decision
+        return (keep_from, estimate, cut - start) if estimate.pays else None
 
     def _evictable(
-        self, state: PilotState, messages: Sequence[Message], keys: Sequence[str]
+        self,
+        state: PilotState,
+        messages: Sequence[Message],
+        keys: Sequence[str],
+        cache: _ViewCache,
     ) -> dict[str, str]:
         """Keys of tool results whose work unit the lifecycle marks evictable, with why.
 
@@ -833,12 +938,7 @@ class CachePilot:
         """
         registry = state.lifecycle
         registry.update(messages, keys, self._estimator, every=self.config.maintenance.every)
-        out: dict[str, str] = {}
-        for unit in registry.evictable():
-            why = (unit.reason or "finished work")[:60]
-            for key in unit.keys:
-                out[key] = why
-        return out
+        return cache.evictable(registry)
 
     def _stub_edits(
         self,
@@ -911,20 +1011,20 @@ class CachePilot:
             out.append(self._recall_tool)
         return out
 
-    def _check_pairing(self, view: Sequence[Message], thread: str) -> None:
+    def _pairing_issues(
+        self, cache: _ViewCache, view: Sequence[Message], thread: str
+    ) -> list[PairingIssue]:
+        """The pairing issues of `view` to report (once per thread: none after that)."""
+        if thread in self._warned_pairing:
+            return []  # reported already: no need to scan
         try:
-            issues = pairing_issues(view, allow_pending_tail=True)
+            issues = cache.pairing_issues(view)
         except Exception:  # a check must never cost the turn
             logger.warning("thread %s: pairing check failed", thread, exc_info=True)
-            return
-        if issues and thread not in self._warned_pairing:
+            return []
+        if issues:
             self._warned_pairing.add(thread)
-            logger.warning(
-                "thread %s: the history breaks tool-call pairing (%s); sent as is, the provider "
-                "may reject it",
-                thread,
-                "; ".join(str(i) for i in issues[:3]),
-            )
+        return issues
 
     # --- recall ------------------------------------------------------------------------------
 
@@ -1028,6 +1128,8 @@ def _check_request(system: object, messages: object, tools: object) -> None:
         raise ValueError(f"system must be a str or None, not {type(system).__name__}")
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise ValueError(f"messages must be a sequence of Message, not {type(messages).__name__}")
+    if all(map(isinstance, messages, repeat(Message))):
+        messages = ()  # all fine, checked at C speed: skip the loop that names the culprit
     for index, message in enumerate(messages):
         if not isinstance(message, Message):
             raise ValueError(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ __all__ = [
     "Edit",
     "Epoch",
     "Plan",
+    "PlanRenderer",
     "PlanView",
     "apply_plan",
     "fold_message",
@@ -262,8 +264,26 @@ def render_plan(
     keys = message_keys(messages) if keys is None else list(keys)
     if len(keys) != len(messages):
         raise ValueError(f"keys ({len(keys)}) must align with messages ({len(messages)})")
+    return _render(messages, plan, keys).view
+
+
+@dataclass(slots=True)
+class _Rendered:
+    """A full render plus what `PlanRenderer` needs to extend it."""
+
+    view: PlanView
+    edits: dict[str, Edit]
+    """Stub and evict edits by key (the last one planned wins)."""
+    fold_keys: set[str]
+    """First and last keys of every fold edit, resolved or not."""
+    folded_calls: set[str]
+    """Ids of the tool calls inside accepted fold ranges."""
+
+
+def _render(messages: Sequence[Message], plan: Plan, keys: Sequence[str]) -> _Rendered:
     if plan.empty:
-        return PlanView(list(messages), list(keys), [(k, k) for k in keys], [None] * len(keys))
+        view = PlanView(list(messages), list(keys), [(k, k) for k in keys], [None] * len(keys))
+        return _Rendered(view, {}, set(), set())
     edits: dict[str, Edit] = {}
     folds: list[Edit] = []
     for epoch in plan.epochs:
@@ -302,7 +322,109 @@ def render_plan(
         out.spans.append((key, key))
         out.folds.append(None)
         index += 1
-    return out
+    fold_keys = {k for edit in folds for k in (edit.key, edit.last_key)}
+    folded_calls = {
+        call.id
+        for fold in ranges
+        for message in messages[fold.start : fold.end + 1]
+        for call in message.tool_calls
+    }
+    return _Rendered(out, edits, fold_keys, folded_calls)
+
+
+def _plan_mark(plan: Plan) -> tuple[int, Epoch | None, int]:
+    """What changes when an epoch is appended (epochs are append-only; see the module doc).
+
+    The last epoch is held, not its `id`, so a replaced epoch cannot pass for the old one.
+    """
+    if not plan.epochs:
+        return (0, None, 0)
+    last = plan.epochs[-1]
+    return (len(plan.epochs), last, len(last.edits))
+
+
+def _same_mark(a: tuple[int, Epoch | None, int], b: tuple[int, Epoch | None, int]) -> bool:
+    return a[0] == b[0] and a[1] is b[1] and a[2] == b[2]
+
+
+class PlanRenderer:
+    """`render_plan` for a transcript that grows between calls, in O(new messages).
+
+    When the plan is the same object with no epoch appended and the transcript starts with
+    the very message objects (and keys) of the previous render, only the new messages are
+    rendered: a message that no edit names, that is no fold boundary and that answers no call
+    inside a folded range is shown as is, exactly as a full render would show it. Anything
+    else (a new epoch, another plan object, a changed or shortened transcript, a new message
+    an edit or a fold could concern) falls back to a full `render_plan`. Not thread-safe:
+    keep one per thread of conversation, under the caller's lock.
+    """
+
+    def __init__(self) -> None:
+        self._plan: Plan | None = None
+        self._mark: tuple[int, Epoch | None, int] = (0, None, 0)
+        self._messages: list[Message] = []
+        self._keys: list[str] = []
+        self._key_set: set[str] = set()
+        self._state: _Rendered | None = None
+        self.extended_from: int | None = None
+        """After `render`: the length of the previous view when the new view extends it
+        (its first `extended_from` messages are the same objects), else None."""
+
+    def render(self, messages: Sequence[Message], plan: Plan, keys: Sequence[str]) -> PlanView:
+        """The view of `messages` under `plan` (equal to `render_plan(messages, plan, keys)`).
+
+        The returned lists are fresh copies: the caller may keep or change them.
+        """
+        if len(keys) != len(messages):
+            raise ValueError(f"keys ({len(keys)}) must align with messages ({len(messages)})")
+        state = self._state
+        known = len(self._messages)
+        if (
+            state is not None
+            and plan is self._plan
+            and _same_mark(_plan_mark(plan), self._mark)
+            and len(messages) >= known
+            and all(map(operator.is_, self._messages, messages))
+            and self._keys == list(keys[:known])
+            and self._extend(state, messages, keys, known)
+        ):
+            self.extended_from = len(state.view.messages) - (len(messages) - known)
+        else:
+            self._state = state = _render(messages, plan, list(keys))
+            self._plan, self._mark = plan, _plan_mark(plan)
+            self._messages, self._keys = list(messages), list(keys)
+            self._key_set = set(self._keys)
+            self.extended_from = None
+        view = state.view
+        return PlanView(list(view.messages), list(view.keys), list(view.spans), list(view.folds))
+
+    def _extend(
+        self, state: _Rendered, messages: Sequence[Message], keys: Sequence[str], known: int
+    ) -> bool:
+        """Append the messages after `known` to the view; False (nothing changed) when one of
+        them needs a full render."""
+        new_keys = list(keys[known:])
+        seen: set[str] = set()
+        for message, key in zip(messages[known:], new_keys, strict=True):
+            if (
+                key in self._key_set
+                or key in seen  # a repeated key: positions resolve to its first occurrence
+                or key in state.edits
+                or key in state.fold_keys
+                or (message.role == "tool" and message.tool_call_id in state.folded_calls)
+            ):
+                return False
+            seen.add(key)
+        view = state.view
+        for message, key in zip(messages[known:], new_keys, strict=True):
+            view.messages.append(message)
+            view.keys.append(key)
+            view.spans.append((key, key))
+            view.folds.append(None)
+        self._messages.extend(messages[known:])
+        self._keys.extend(new_keys)
+        self._key_set.update(new_keys)
+        return True
 
 
 def apply_plan(

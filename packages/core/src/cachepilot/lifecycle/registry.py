@@ -141,6 +141,7 @@ class LifecycleRegistry(BaseModel):
 
     _index: _Index | None = PrivateAttr(default=None)
     _continue_re: list[re.Pattern[str]] | None = PrivateAttr(default=None)
+    _transitions: int = PrivateAttr(default=0)
 
     @field_validator("continue_patterns")
     @classmethod
@@ -175,6 +176,12 @@ class LifecycleRegistry(BaseModel):
     def recent_unit_ids(self, count: int) -> list[str]:
         """Ids of the `count` most recent units, oldest first (the protected tail)."""
         return self._idx().units[-count:] if count > 0 else []
+
+    @property
+    def transitions(self) -> int:
+        """State changes applied to this object so far (not persisted): while it stays the
+        same, `evictable()` gives the same units, so callers may keep its result."""
+        return self._transitions
 
     def alive_units(self) -> list[Segment]:
         """Units that are not evictable, oldest first."""
@@ -355,6 +362,7 @@ class LifecycleRegistry(BaseModel):
         return self.apply(deltas)
 
     def _set_state(self, seg: Segment, delta: LifecycleDelta) -> None:
+        self._transitions += 1
         seg.state = delta.to_state
         seg.reason = delta.reason[:_MAX_REASON]
         if delta.to_state is SegmentState.EVICTABLE and seg.kind == "unit":

@@ -211,11 +211,14 @@ def output_facts(text: str, limit: int = 400) -> set[str]:
     digit and a letter or separator (`credit_card_44214`, `HAT078`, `2024-05-27`, `9f2c41d`),
     at most `limit` distinct ones. Pure numbers (line numbers) are left out."""
     out: set[str] = set()
-    for raw in _TOKEN.findall(text):
+    # A repeated word adds nothing new, so each distinct one is judged once, in order.
+    for raw in dict.fromkeys(_TOKEN.findall(text)):
         token = raw.rstrip(".-")
-        if not 4 <= len(token) <= _MAX_IDENT or token.isdigit() or "/" in token:
+        # `isalpha`: no digit at all (the common case, decided in C); a token that is not all
+        # digits has a non-digit, so it qualifies when it has any digit.
+        if not 4 <= len(token) <= _MAX_IDENT or token.isalpha() or token.isdigit() or "/" in token:
             continue
-        if any(ch.isdigit() for ch in token) and any(not ch.isdigit() for ch in token):
+        if any(map(str.isdigit, token)):
             out.add(token)
             if len(out) >= limit:
                 break
