@@ -159,12 +159,18 @@ class _ViewCache:
 
     def __init__(self) -> None:
         self.renderer = PlanRenderer()
+        self._sized: list[Message] = []
+        """The view messages `_sizes` counts (held, so their ids stay theirs)."""
         self._sizes: list[int] = []
         self._total = 0
         self._counter: TokenCounter | None = None
+        self._stale: tuple[list[Message], list[int]] | None = None
+        """The previous view's messages and sizes after a full render, for the messages the
+        new view shares with it."""
         self._pairing = PairingScanner()
         self._edited_plan: Plan | None = None
-        self._edited_epochs = -1
+        self._edited_epochs: list[Epoch] = []
+        self._edited_counts: list[int] = []
         self._edited: set[str] = set()
         self._registry: LifecycleRegistry | None = None
         self._transitions = -1
@@ -174,18 +180,32 @@ class _ViewCache:
         """`render_plan(messages, plan, keys)`, extending the previous view when it can."""
         view = self.renderer.render(messages, plan, keys)
         if self.renderer.extended_from is None:
-            self._sizes, self._total = [], 0
+            if self._sizes:
+                self._stale = (self._sized, self._sizes)
+            self._sized, self._sizes, self._total = [], [], 0
             self._pairing = PairingScanner()
-            self._edited_plan = None
         return view
 
     def sizes(self, view: Sequence[Message], counter: TokenCounter) -> tuple[list[int], int]:
         """Tokens of each message of the last rendered `view`, and their sum (read-only)."""
         if counter is not self._counter:
-            self._sizes, self._total, self._counter = [], 0, counter
+            self._sized, self._sizes, self._total = [], [], 0
+            self._stale, self._counter = None, counter
         known = len(self._sizes)
         if known < len(view):
-            new = [counter.count_message(m) for m in view[known:]]
+            fresh = view[known:]
+            stale, self._stale = self._stale, None
+            if stale is not None:
+                # After an epoch most of the view is the same objects: reuse their sizes
+                # (`stale` holds those objects, so an id found here is still theirs).
+                old = dict(zip(map(id, stale[0]), stale[1], strict=True))
+                new = [old.get(id(m), -1) for m in fresh]
+                for i, size in enumerate(new):
+                    if size < 0:
+                        new[i] = counter.count_message(fresh[i])
+            else:
+                new = [counter.count_message(m) for m in fresh]
+            self._sized.extend(fresh)
             self._sizes.extend(new)
             self._total += sum(new)
         return self._sizes, self._total
@@ -200,10 +220,20 @@ class _ViewCache:
         return self._pairing.issues(allow_pending_tail=True)
 
     def edited_keys(self, plan: Plan) -> set[str]:
-        """`plan.edited_keys()` (read-only), recomputed only when an epoch was appended."""
-        if plan is not self._edited_plan or len(plan.epochs) != self._edited_epochs:
-            self._edited = plan.edited_keys()
-            self._edited_plan, self._edited_epochs = plan, len(plan.epochs)
+        """`plan.edited_keys()` (read-only); appended epochs add their keys only."""
+        known = len(self._edited_epochs)
+        if (
+            plan is not self._edited_plan
+            or len(plan.epochs) < known
+            or (known and plan.epochs[known - 1] is not self._edited_epochs[-1])
+            or (known and len(plan.epochs[known - 1].edits) != self._edited_counts[-1])
+        ):
+            self._edited_plan, self._edited_epochs, self._edited_counts = plan, [], []
+            self._edited = set()
+        for epoch in plan.epochs[len(self._edited_epochs) :]:
+            self._edited |= epoch.edited_keys()
+            self._edited_epochs.append(epoch)
+            self._edited_counts.append(len(epoch.edits))
         return self._edited
 
     def evictable(self, registry: LifecycleRegistry) -> dict[str, str]:

@@ -84,6 +84,15 @@ class Epoch(BaseModel):
     """Why this maintenance point was taken (for explanations)."""
     edits: list[Edit] = Field(default_factory=list)
 
+    def edited_keys(self) -> set[str]:
+        """Keys of every message this epoch edits (a fold: its first and last keys)."""
+        out: set[str] = set()
+        for edit in self.edits:
+            out.add(edit.key)
+            if edit.end_key is not None:
+                out.add(edit.end_key)
+        return out
+
 
 class Plan(BaseModel):
     """All epochs of one thread, oldest first."""
@@ -99,10 +108,7 @@ class Plan(BaseModel):
         """Keys of every message some epoch edited (a fold: its first and last keys)."""
         out: set[str] = set()
         for epoch in self.epochs:
-            for edit in epoch.edits:
-                out.add(edit.key)
-                if edit.end_key is not None:
-                    out.add(edit.end_key)
+            out |= epoch.edited_keys()
         return out
 
     def folds(self) -> list[Edit]:

@@ -15,7 +15,7 @@ import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
@@ -632,9 +632,13 @@ class LifecycleRegistry(BaseModel):
     # --- private index ---------------------------------------------------------------------
 
     def _idx(self) -> _Index:
-        if self._index is None:
-            self._index = self._build_index()
-        return self._index
+        # Read through the private-attribute dict: `self._index` goes through pydantic's
+        # `__getattr__`, and this runs several times per observed message.
+        private = self.__pydantic_private__
+        index = private.get("_index") if private is not None else None
+        if index is None:
+            index = self._index = self._build_index()
+        return cast(_Index, index)
 
     def _build_index(self) -> _Index:
         idx = _Index()
