@@ -360,7 +360,8 @@ def _two_task_session(first: int, second: int) -> list[list[Message]]:
 
 def test_a_finished_task_is_folded_whole_when_it_pays() -> None:
     snapshots = _two_task_session(14, 10)
-    pilot = CachePilot(Config(), store=InMemoryArtifactStore())
+    config = Config(maintenance=MaintenanceConfig(fold_finished_tasks=True))
+    pilot = CachePilot(config, store=InMemoryArtifactStore())
     previous: list[Message] | None = None
     epochs = 0
     for t, snapshot in enumerate(snapshots):
@@ -390,10 +391,9 @@ def test_a_finished_task_is_folded_whole_when_it_pays() -> None:
     assert "line 0 of output 13/0: value=13" in archived
 
 
-def test_finished_task_folds_can_be_turned_off() -> None:
+def test_finished_task_folds_are_off_by_default() -> None:
     snapshots = _two_task_session(14, 10)
-    config = Config(maintenance=MaintenanceConfig(fold_finished_tasks=False))
-    pilot = CachePilot(config, store=InMemoryArtifactStore())
+    pilot = CachePilot(Config(), store=InMemoryArtifactStore())
     for t, snapshot in enumerate(snapshots):
         pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
     assert not [d for d in pilot.state("t").decisions if d.reason == "finished-task-fold"]
