@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_GUIDELINE",
     "EMERGENCY_PROTECT_TAIL_TOKENS",
     "FOLD_HEADER_PREFIX",
+    "MIN_FOLD_MESSAGES",
     "ChatModelSummarizer",
     "FoldMode",
     "FoldRequest",
@@ -45,6 +46,7 @@ __all__ = [
     "build_summary_prompt",
     "chat_messages",
     "content_text",
+    "cut_before",
     "emergency_fold",
     "fold_header",
     "fold_start",
@@ -59,6 +61,9 @@ FoldMode: TypeAlias = Literal["suffix", "standalone"]
 
 FOLD_HEADER_PREFIX = "[earlier conversation folded:"
 """Every fold summary starts with this (see `fold_header`)."""
+
+MIN_FOLD_MESSAGES = 4
+"""A fold of fewer messages than this is not worth its summary."""
 
 EMERGENCY_PROTECT_TAIL_TOKENS = 2_000
 """Protected tail of an emergency fold (after a provider context-length error)."""
@@ -543,7 +548,7 @@ def safe_cut(
     *,
     protect_tail_tokens: int,
     counter: TokenCounter | None = None,
-    min_messages: int = 4,
+    min_messages: int = MIN_FOLD_MESSAGES,
     start: int | None = None,
 ) -> int | None:
     """Where the folded range ends (exclusive), or None when there is nothing worth folding.
@@ -626,7 +631,7 @@ def _prepare(
     view: PlanView = render_plan(messages, plan or Plan(), keys)
     start = fold_start(view.messages, view.folds)
     if keep_from is not None:
-        cut = _cut_at(view, keep_from, start, min_messages)
+        cut = cut_before(view, keep_from, start, min_messages)
     else:
         cut = safe_cut(
             view.messages,
@@ -693,8 +698,11 @@ def _source_range(
     return tuple(messages[start : end + 1]) if start <= end else ()
 
 
-def _cut_at(view: PlanView, keep_from: str, start: int, min_messages: int) -> int | None:
-    """The view index of transcript key `keep_from` as a fold's end, when it is a safe one."""
+def cut_before(
+    view: PlanView, keep_from: str, start: int, min_messages: int = MIN_FOLD_MESSAGES
+) -> int | None:
+    """The view index of transcript key `keep_from` as the end of a fold starting at
+    `start`, when it is a safe one (no tool exchange split, at least `min_messages`)."""
     cut = next((i for i, span in enumerate(view.spans) if span[0] == keep_from), None)
     if cut is None or cut - start < min_messages:
         return None
@@ -752,7 +760,7 @@ def plan_fold(
     plan: Plan | None = None,
     system: str | None = None,
     summary_tokens: int = 800,
-    min_messages: int = 4,
+    min_messages: int = MIN_FOLD_MESSAGES,
     min_tokens: int = 1_000,
     guideline: str | None = None,
     mode: FoldMode | None = None,
@@ -838,7 +846,7 @@ async def aplan_fold(
     plan: Plan | None = None,
     system: str | None = None,
     summary_tokens: int = 800,
-    min_messages: int = 4,
+    min_messages: int = MIN_FOLD_MESSAGES,
     min_tokens: int = 1_000,
     guideline: str | None = None,
     mode: FoldMode | None = None,

@@ -32,7 +32,7 @@ from cachepilot.canonical import (
     tool_fingerprint,
 )
 from cachepilot.canonical import tool_name as schema_name
-from cachepilot.fold import Summarizer, emergency_fold, fold_start, plan_fold
+from cachepilot.fold import Summarizer, cut_before, emergency_fold, fold_start, plan_fold
 from cachepilot.lifecycle import Estimator, LifecycleRegistry, RuleEstimator, SegmentState
 from cachepilot.maintenance import (
     Candidate,
@@ -75,8 +75,6 @@ logger = logging.getLogger(__name__)
 
 _STATE_VERSION = 1
 _MAX_DECISIONS = 50
-_MIN_FOLD_MESSAGES = 4
-"""A fold of fewer messages than this is not worth its summary (as `plan_fold`'s default)."""
 _ARGS_META_LIMIT = 2_000
 
 
@@ -940,8 +938,8 @@ class CachePilot:
             return None
         keep_from = tasks[run].keys[0]
         start = fold_start(rendered.messages, rendered.folds)
-        cut = next((i for i, span in enumerate(rendered.spans) if span[0] == keep_from), None)
-        if cut is None or cut - start < _MIN_FOLD_MESSAGES:
+        cut = cut_before(rendered, keep_from, start)
+        if cut is None:
             return None
         cfg = self.config.maintenance
         estimate = task_fold_estimate(
