@@ -65,6 +65,7 @@ from cachepilot.refs import make_ref
 from cachepilot.sim import get_profile
 from cachepilot.tokens import DEFAULT_ENCODING, TokenCounter, get_counter
 from cachepilot.usage import Usage
+from cachepilot.views import ResultViews, views_meta
 
 if TYPE_CHECKING:
     from cachepilot.compress import ObservationCompressor
@@ -140,6 +141,9 @@ class PilotState(BaseModel):
     """Tasks and work units with their states (what may be evicted)."""
     decisions: list[Decision] = Field(default_factory=list)
     """The latest scheduler decisions (bounded), for explanations."""
+    views: dict[str, str] = Field(default_factory=dict)
+    """Tool results already ingested: view key -> ref of the archived reduced view (`""` when
+    the model reads the result unchanged). See `cachepilot.views`."""
     revision: int = 0
     """Bumped by every change (ingest, prepare, recall, usage): of two copies of a thread's
     state, the one with the higher revision is the newer (plugins merge parallel updates by
@@ -307,6 +311,7 @@ class CachePilot:
         self._compressor = compressor
         # The recall tool's schema with sorted keys, one object per pilot (sent every call).
         self._recall_tool: dict[str, Any] = canonicalize_tool(RECALL_TOOL_SCHEMA)
+        self._result_views = ResultViews(skip=(RECALL_TOOL_NAME,))
 
     # --- state -------------------------------------------------------------------------------
 
@@ -521,6 +526,83 @@ class CachePilot:
         """Async twin of `ingest` (runs the work in a worker thread)."""
         return await asyncio.to_thread(self.ingest, tool_name, args, output, call_id, thread)
 
+    # --- the model's view of tool results ----------------------------------------------------
+
+    def reduce_results(
+        self,
+        messages: Sequence[Message],
+        thread: str = "default",
+        *,
+        recall: bool | None = None,
+    ) -> list[Message]:
+        """The transcript as the model reads it: each tool result shown as its reduced view.
+
+        The framework keeps the plain transcript; call this on it before `prepare`, once per
+        model call. Each result is ingested the first time it is seen (reduced, the original
+        archived when the reduction is lossy) and shows the same text on every later call,
+        including in a new process that loaded the thread's state. Results of the recall tool
+        are shown as they are. Inputs are never mutated; unchanged messages are returned as
+        the same objects.
+
+        Args:
+            messages: the plain transcript.
+            thread: the scope.
+            recall: whether the model can call `recall` (default: `Config.recall_tool`).
+                Without it no result is reduced: a ref the model cannot follow is never shown.
+        """
+        _check_thread(thread)
+        if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+            raise ValueError("messages must be a sequence of cachepilot Message objects")
+        offer = self.config.recall_tool if recall is None else bool(recall)
+        if not offer or not self.config.reduce:
+            return list(messages)
+        state = self.state(thread)
+
+        def ingest(name: str, arguments: str, output: object, call_id: str, key: str) -> str:
+            report = self.ingest_report(name, arguments, output, call_id, thread)
+            ref = ""
+            if report.text != output:
+                try:
+                    ref = self.store.put(
+                        thread,
+                        report.text,
+                        meta=views_meta(key, report.ref, call_id),
+                        media_type="text/plain; charset=utf-8",
+                    )
+                except Exception:  # the view still holds in this process
+                    logger.warning(
+                        "thread %s: the reduced view of call %s could not be archived; a new "
+                        "process will reduce it again",
+                        thread,
+                        call_id,
+                        exc_info=True,
+                    )
+                    return report.text
+            with self._lock:
+                state.views[key] = ref
+                state.revision += 1
+            return report.text
+
+        def load(ref: str) -> str | None:
+            try:
+                found = self.store.get(thread, ref)
+            except Exception:
+                logger.warning("thread %s: the archive is unavailable", thread, exc_info=True)
+                return None
+            return None if found is None else found.text
+
+        return self._result_views.apply(thread, messages, state.views, ingest=ingest, load=load)
+
+    async def areduce_results(
+        self,
+        messages: Sequence[Message],
+        thread: str = "default",
+        *,
+        recall: bool | None = None,
+    ) -> list[Message]:
+        """Async twin of `reduce_results` (ingestion runs in a worker thread)."""
+        return await asyncio.to_thread(self.reduce_results, messages, thread, recall=recall)
+
     # --- model calls -------------------------------------------------------------------------
 
     def prepare(
@@ -532,6 +614,7 @@ class CachePilot:
         *,
         now: float | None = None,
         maintain: bool = True,
+        recall: bool | None = None,
     ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
         """Build the request of one model call: (system, messages, tools).
 
@@ -541,6 +624,8 @@ class CachePilot:
         messages are returned as the same objects, and the returned tool dicts are shared
         between calls: treat them as read-only. With `maintain=False` the scheduler is not
         asked (a graph whose maintenance node already called `maintain` for this call).
+        `recall` says whether the recall tool is offered (default: `Config.recall_tool`); a
+        plugin keeps it the same for the whole thread, so the tool list never changes.
         """
         _check_thread(thread)
         _check_request(system, messages, tools)
@@ -550,7 +635,7 @@ class CachePilot:
         with self._lock:
             # The recall tool joins before canonicalization: it is ordered and key-sorted like
             # every other tool, and part of the tool set from the first call on.
-            in_tools = self._with_recall(tools)
+            in_tools = self._with_recall(tools, recall)
             request = self._canonical(system, messages, in_tools, state.canonical)
             keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
             cache = self._views.setdefault(thread, _ViewCache())
@@ -598,6 +683,7 @@ class CachePilot:
         thread: str = "default",
         *,
         now: float | None = None,
+        recall: bool | None = None,
     ) -> bool:
         """Ask the scheduler only: append a maintenance epoch if this call should be one.
 
@@ -609,7 +695,7 @@ class CachePilot:
         _check_request(system, messages, tools)
         state = self.state(thread)
         with self._lock:
-            in_tools = self._with_recall(tools)
+            in_tools = self._with_recall(tools, recall)
             # A scratch copy: the real frozen values change only with an epoch.
             scratch = state.canonical.model_copy(deep=True)
             refreshed, _ = self._schedule(
@@ -1009,6 +1095,7 @@ class CachePilot:
         *,
         now: float | None = None,
         maintain: bool = True,
+        recall: bool | None = None,
     ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
         """Async twin of `prepare`, run in a worker thread.
 
@@ -1017,7 +1104,7 @@ class CachePilot:
         their sync `summarize`).
         """
         return await asyncio.to_thread(
-            self.prepare, system, messages, tools, thread, now=now, maintain=maintain
+            self.prepare, system, messages, tools, thread, now=now, maintain=maintain, recall=recall
         )
 
     async def amaintain(
@@ -1028,14 +1115,20 @@ class CachePilot:
         thread: str = "default",
         *,
         now: float | None = None,
+        recall: bool | None = None,
     ) -> bool:
         """Async twin of `maintain` (a fold may call a model: run off the event loop)."""
-        return await asyncio.to_thread(self.maintain, system, messages, tools, thread, now=now)
+        return await asyncio.to_thread(
+            self.maintain, system, messages, tools, thread, now=now, recall=recall
+        )
 
-    def _with_recall(self, tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Shallow copies of `tools`, plus the recall tool when it is on and not there yet."""
+    def _with_recall(
+        self, tools: Sequence[Mapping[str, Any]], recall: bool | None = None
+    ) -> list[dict[str, Any]]:
+        """Shallow copies of `tools`, plus the recall tool when it is offered and not there."""
         out = [dict(t) for t in tools]
-        if self.config.recall_tool and RECALL_TOOL_NAME not in {schema_name(t) for t in out}:
+        offer = self.config.recall_tool if recall is None else recall
+        if offer and RECALL_TOOL_NAME not in {schema_name(t) for t in out}:
             out.append(self._recall_tool)
         return out
 

@@ -1,0 +1,240 @@
+"""Reduced views of tool results: what the model reads in place of each tool's own return.
+
+The framework keeps the plain transcript (tool outputs exactly as the tools returned them);
+cachepilot changes only the model's input. Each tool result is ingested once (reduced, its
+original archived when the reduction is lossy), and the same reduced text is shown on every
+later call, so the cached prefix stays byte-stable.
+
+A result is known by its *view key*: the call id plus a digest of the content. When a
+redaction or guardrail rewrites a result before the model reads it, the digest changes and the
+rewritten text is ingested as a new result: the text it replaced was never archived.
+
+The text of each reduced view is kept in memory per thread and, so that a new process shows
+the same bytes, in the artifact store (`kind="view"`); `PilotState.views` maps each key to the
+view's ref (`""` when the model reads the result unchanged).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import operator
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart, ToolCall
+
+__all__ = ["VIEW_KIND", "ResultViews", "result_text", "view_key", "views_meta", "with_text"]
+
+logger = logging.getLogger(__name__)
+
+VIEW_KIND = "view"
+"""`meta["kind"]` of an archived reduced view (the text the model read, not an original)."""
+
+Ingest = Callable[[str, str, object, str, str], str]
+"""`(tool name, arguments JSON, output, call id, view key) -> model-facing text`: reduces and
+archives one new result and records its view (ingestion never raises)."""
+
+
+def result_text(message: Message) -> str:
+    """The text a tool message carries (non-text parts are kept aside, see `with_text`)."""
+    if isinstance(message.content, str):
+        return message.content
+    return "".join(p.text for p in message.content if isinstance(p, TextPart))
+
+
+def with_text(message: Message, text: str) -> Message:
+    """`message` carrying `text` (images and other non-text parts kept after it)."""
+    content = message.content
+    if isinstance(content, str):
+        return message if text == content else replace(message, content=text)
+    if text == result_text(message):
+        return message
+    others: list[ImagePart | ReasoningPart] = [p for p in content if not isinstance(p, TextPart)]
+    if not others:
+        return replace(message, content=text)
+    return replace(message, content=(TextPart(text), *others))
+
+
+def view_key(message: Message) -> str:
+    """The view key of a tool message: a digest of its call id and its content."""
+    digest = hashlib.sha256(str(message.tool_call_id).encode("utf-8", "surrogatepass"))
+    digest.update(b"\x00")
+    if isinstance(message.content, str):
+        digest.update(message.content.encode("utf-8", "surrogatepass"))
+    else:
+        for part in message.content:
+            digest.update(part.type.encode())
+            digest.update(b"\x00")
+            value = part.url if isinstance(part, ImagePart) else part.text
+            digest.update(value.encode("utf-8", "surrogatepass"))
+            digest.update(b"\x00")
+    return digest.hexdigest()[:20]
+
+
+class _Tracker:
+    """One thread's last input and output, so that a call costs O(new messages)."""
+
+    __slots__ = ("inputs", "lock", "outputs")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.inputs: list[Message] = []
+        self.outputs: list[Message] = []
+
+
+class ResultViews:
+    """Per-thread memory of the reduced view of each tool result (see the module docstring).
+
+    Args:
+        skip: tool names whose results are shown as they are (the recall tool's own answers,
+            already capped).
+    """
+
+    def __init__(self, skip: Sequence[str] = (), max_threads: int = 1024) -> None:
+        self._skip = frozenset(skip)
+        self._max_threads = max_threads
+        self._lock = threading.Lock()
+        # Memory is a cache (the persisted map and the archive hold the views): bounded LRU.
+        self._texts: OrderedDict[str, dict[str, str | None]] = OrderedDict()
+        self._trackers: OrderedDict[str, _Tracker] = OrderedDict()
+
+    def forget(self, thread: str) -> None:
+        """Drop what memory holds for `thread` (its persisted views stay)."""
+        with self._lock:
+            self._texts.pop(thread, None)
+            self._trackers.pop(thread, None)
+
+    def remember(self, thread: str, key: str, text: str | None) -> None:
+        """Hold the text of a view in memory (None: the result is read unchanged)."""
+        with self._lock:
+            texts = self._texts.get(thread)
+            if texts is None:
+                texts = self._texts[thread] = {}
+                while len(self._texts) > self._max_threads:
+                    self._texts.popitem(last=False)
+            self._texts.move_to_end(thread)
+            texts[key] = text
+
+    def held(self, thread: str, key: str) -> tuple[bool, str | None]:
+        """(found, text) of a view held in memory; text None means "unchanged"."""
+        with self._lock:
+            texts = self._texts.get(thread)
+            if texts is None or key not in texts:
+                return False, None
+            return True, texts[key]
+
+    def apply(
+        self,
+        thread: str,
+        messages: Sequence[Message],
+        views: dict[str, str],
+        *,
+        ingest: Ingest,
+        load: Callable[[str], str | None],
+    ) -> list[Message]:
+        """`messages` with every tool result shown as its reduced view.
+
+        Args:
+            thread: the scope.
+            messages: the plain transcript (never mutated; unchanged messages are returned as
+                the same objects).
+            views: the thread's persisted key -> view ref map (`PilotState.views`); new
+                results are added to it.
+            ingest: reduces and archives one new result (see `Ingest`); returns the text.
+            load: the text of a persisted view by its ref (None when the archive lost it).
+        """
+        with self._lock:
+            tracker = self._trackers.get(thread)
+            if tracker is None:
+                tracker = self._trackers[thread] = _Tracker()
+                while len(self._trackers) > self._max_threads:
+                    self._trackers.popitem(last=False)
+            self._trackers.move_to_end(thread)
+        with tracker.lock:  # one thread of conversation at a time: each result ingested once
+            known = len(tracker.inputs)
+            extends = known <= len(messages) and all(map(operator.is_, tracker.inputs, messages))
+            if not extends:
+                known = 0
+                tracker.inputs, tracker.outputs = [], []
+            tail = messages[known:]
+            calls = _calls_by_id(messages if known == 0 else tail, tracker.inputs)
+            out = [
+                self._view(thread, m, calls, views, ingest=ingest, load=load)
+                if m.role == "tool"
+                else m
+                for m in tail
+            ]
+            tracker.inputs.extend(tail)
+            tracker.outputs.extend(out)
+            return list(tracker.outputs)
+
+    def _view(
+        self,
+        thread: str,
+        /,
+        message: Message,
+        calls: Mapping[str, ToolCall],
+        views: dict[str, str],
+        *,
+        ingest: Ingest,
+        load: Callable[[str], str | None],
+    ) -> Message:
+        call = calls.get(str(message.tool_call_id))
+        name = call.name if call is not None else (message.name or "")
+        if name in self._skip:
+            return message
+        key = view_key(message)
+        found, text = self.held(thread, key)
+        if not found:
+            ref = views.get(key)
+            if ref is not None:
+                text = load(ref) if ref else None
+                found = text is not None or not ref
+                if not found:
+                    logger.info(
+                        "thread %s: the reduced view of call %s is no longer archived; "
+                        "reducing it again",
+                        thread,
+                        message.tool_call_id,
+                    )
+        if not found:
+            original = result_text(message)
+            arguments = call.arguments if call is not None else "{}"
+            reduced = ingest(name, arguments, original, str(message.tool_call_id), key)
+            text = None if reduced == original else reduced
+        self.remember(thread, key, text)
+        return message if text is None else with_text(message, text)
+
+
+def _calls_by_id(messages: Sequence[Message], earlier: Sequence[Message]) -> dict[str, ToolCall]:
+    """The tool calls answered by the tool results in `messages`, by id.
+
+    Results answer calls of the same or earlier assistant messages; `earlier` is searched
+    from its end only for ids not found in `messages` (normally the last turn or two).
+    """
+    found: dict[str, ToolCall] = {}
+    wanted: set[str] = set()
+    for message in messages:
+        if message.role == "assistant":
+            for call in message.tool_calls:
+                found[call.id] = call
+        elif message.role == "tool" and message.tool_call_id not in found:
+            wanted.add(str(message.tool_call_id))
+    wanted -= found.keys()
+    for message in reversed(earlier):
+        if not wanted:
+            break
+        for call in message.tool_calls:
+            if call.id in wanted:
+                found[call.id] = call
+                wanted.discard(call.id)
+    return found
+
+
+def views_meta(key: str, original_ref: str | None, call_id: str) -> dict[str, Any]:
+    """Metadata of an archived view."""
+    return {"kind": VIEW_KIND, "view_key": key, "of": original_ref, "call_id": call_id}
