@@ -101,7 +101,7 @@ def load_encoding(name: str = DEFAULT_ENCODING) -> Encoding:
         raise ValueError("encoding name must be a non-empty string, e.g. 'o200k_base'")
     if name == "approximate":
         return ApproximateEncoding()
-    from cachepilot._encodings import load_bundled
+    from cachepilot._encodings import BUNDLED, load_bundled
 
     configured = next((var for var in _CACHE_ENV if os.environ.get(var)), None)
     if configured is None:
@@ -121,11 +121,11 @@ def load_encoding(name: str = DEFAULT_ENCODING) -> Encoding:
                 f"({type(exc).__name__}); using the copy shipped with cachepilot",
             )
             return _TiktokenEncoding(bundled)
+        hint = "the copy shipped with cachepilot is missing; " if name in BUNDLED else ""
         _warn_once(
             f"encoding:{name}",
             f"tiktoken encoding {name!r} could not be loaded ({type(exc).__name__}); token counts "
-            "are approximate (cachepilot ships o200k_base and cl100k_base; for another "
-            "encoding set TIKTOKEN_CACHE_DIR to a folder holding its file)",
+            f"are approximate ({hint}set TIKTOKEN_CACHE_DIR to a folder holding its file)",
         )
         return ApproximateEncoding(f"approximate({name})")
     return _TiktokenEncoding(enc)
