@@ -283,7 +283,7 @@ def _coerce(value: RequestLike) -> tuple[Request, Mapping[str, Any], str]:
     if isinstance(value, HasRequest):
         return value.request, value.params, value.api
     if isinstance(value, Mapping):
-        from cachepilot.audit.wire import parse_body
+        from cachepilot.wire import parse_body
 
         parsed = parse_body(value)
         return parsed.request, parsed.params, parsed.api

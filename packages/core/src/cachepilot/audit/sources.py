@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cachepilot.audit.wire import Api, api_from_path, parse_body, parse_response
 from cachepilot.messages import Message
 from cachepilot.sim.render import Request
 from cachepilot.traces._common import iso_to_unix
 from cachepilot.usage import Usage
+from cachepilot.wire import Api, api_from_path, parse_body, parse_response
 
 __all__ = [
     "LoggedCall",
@@ -118,7 +118,7 @@ def _call(
     info = parse_response(response, parsed.api) if response is not None else None
     recorded = None
     if usage is not None:
-        from cachepilot.audit.wire import parse_usage
+        from cachepilot.wire import parse_usage
 
         recorded = parse_usage(usage, parsed.api)
     if recorded is None and info is not None:

@@ -38,7 +38,9 @@ from cachepilot.sim.engine import CacheSimulator
 from cachepilot.sim.profiles import DEFAULT_PROFILE, LOGICAL_STEP_SECONDS, ProviderProfile
 from cachepilot.sim.render import Request
 from cachepilot.sim.replay_server import ReplayHTTPServer, Response
-from cachepilot.sim.wire import (
+from cachepilot.tokens import TokenCounter, get_counter
+from cachepilot.usage import Usage
+from cachepilot.wire import (
     Api,
     WireError,
     chat_chunks,
@@ -55,8 +57,6 @@ from cachepilot.sim.wire import (
     responses_usage,
     sse,
 )
-from cachepilot.tokens import TokenCounter, get_counter
-from cachepilot.usage import Usage
 
 if TYPE_CHECKING:
     from cachepilot.traces.session import Session
