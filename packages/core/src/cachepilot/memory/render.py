@@ -14,12 +14,15 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cachepilot.memory import patterns
-from cachepilot.memory.model import ItemKind, MemoryItem, Relation, Status
-from cachepilot.memory.store import ACTION_WEIGHTS, SessionMemory
+from cachepilot.memory.model import ACTION_WEIGHTS, ItemKind, MemoryItem, Relation, Status
 from cachepilot.memory.tools import READ_PROGRAMS
 from cachepilot.tokens import TokenCounter, get_counter
+
+if TYPE_CHECKING:
+    from cachepilot.memory.store import SessionMemory
 
 __all__ = ["HEADER", "RESUME_TIERS", "SECTIONS", "project_root", "resume_block"]
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from cachepilot.memory import outputs, patterns
 from cachepilot.memory.model import (
+    ACTION_WEIGHTS,
     INITIAL_STATUS,
     Edge,
     ItemKind,
@@ -40,19 +41,6 @@ __all__ = ["ACTION_WEIGHTS", "CAP_SHARES", "PendingCall", "SessionMemory"]
 
 logger = logging.getLogger(__name__)
 
-ACTION_WEIGHTS: dict[str, float] = {
-    "create": 3.0,
-    "edit": 3.0,
-    "delete": 2.0,
-    "run": 1.5,
-    "read": 1.2,
-    "error": 1.0,
-    "git": 0.6,
-    "use": 0.5,
-    "search": 0.4,
-    "mention": 0.3,
-}
-"""Evidence a file action adds to the file's weight."""
 
 CAP_SHARES: dict[ItemKind, float] = {
     ItemKind.DECISION: 0.5,
