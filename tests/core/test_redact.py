@@ -14,13 +14,21 @@ import pytest
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.diagnose import explain
 from cachepilot.fold import ResumeBlockSummarizer, plan_fold
 from cachepilot.maintenance import MaintenanceConfig, stub_text
 from cachepilot.memory import SessionMemory
 from cachepilot.messages import Message, ToolCall
-from cachepilot.redact import MARKER_PREFIX, RedactingFilter, contains_secret, redact
+from cachepilot.redact import (
+    MARKER_PREFIX,
+    RedactingFilter,
+    contains_secret,
+    redact,
+    redact_slice,
+)
 from cachepilot.reduce import Pipeline
 from cachepilot.reduce.pipeline import REDACT_STEP
+from cachepilot.sim import Request
 
 # Built at run time: no credential-shaped literal sits in the repository.
 OPENAI = "sk-proj-" + "Ab3dEf9hIjK1mNoPqR5tUvWxYz" * 3 + "_-Q7"
@@ -319,3 +327,23 @@ def test_stub_reasons_from_a_model_are_redacted() -> None:
     message = Message("tool", "x", tool_call_id="c1", name="bash")
     stub = stub_text("evict", message, 900, "9f2c41d07a1b", f"done; used {OPENAI}")
     assert OPENAI not in stub and "[redacted:openai-key]" in stub
+
+
+def test_a_slice_hides_credentials_cut_by_its_edges() -> None:
+    text = f"config: OPENAI_API_KEY={OPENAI} then password: '{DB_PASSWORD}' end"
+    at = text.index(OPENAI) + 10
+    for start, end in [(0, at), (at, at + 30), (at, len(text)), (0, len(text))]:
+        piece = redact_slice(text, start, end)
+        assert _leaks(piece) == [] and OPENAI[12:30] not in piece
+    assert redact_slice(text, 0, len(text)) == redact(text)
+
+
+def test_explain_snippets_never_show_a_credential() -> None:
+    rules = "\n".join(f"Rule {i}: run the tests of module {i}." for i in range(200))
+    old = f"{rules}\nUse the key {OPENAI} for staging."
+    new = old.replace(OPENAI, OPENAI[:-6] + "ZZZZZZ")  # a rotated key
+    history = [Message("user", "Deploy.")]
+    why = explain(Request(system=old, messages=history), Request(system=new, messages=history))
+    assert why.is_break and why.divergence is not None
+    shown = why.describe() + json.dumps(why.to_dict())
+    assert OPENAI[8:40] not in shown and "[redacted:openai-key]" in shown

@@ -24,7 +24,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["MARKER_PREFIX", "RedactingFilter", "contains_secret", "marker", "redact"]
+__all__ = [
+    "MARKER_PREFIX",
+    "RedactingFilter",
+    "contains_secret",
+    "marker",
+    "redact",
+    "redact_slice",
+]
 
 MARKER_PREFIX = "[redacted:"
 """Every replacement starts with this (`[redacted:<kind>]`)."""
@@ -186,6 +193,53 @@ def redact(text: str) -> str:
         if any(needle in lowered for needle in rule.needles):
             out = rule.pattern.sub(replace, out)
     return text if out == text else out
+
+
+def _spans(text: str) -> list[tuple[int, int, str]]:
+    """Non-overlapping `(start, end, marker)` of the credentials in `text`, in order."""
+    found: list[tuple[int, int, int, str]] = []
+    lowered = text.lower()
+    for order, (rule, replace) in enumerate(_REPLACERS):
+        if not any(needle in lowered for needle in rule.needles):
+            continue
+        for match in rule.pattern.finditer(text):
+            if rule.keep_prefix:
+                start, end = match.span("value")
+                found.append((start, order, end, replace(match)[len(match.group("head")) :]))
+            else:
+                found.append((match.start(), order, match.end(), replace(match)))
+    found.sort()  # by position, then as `redact` applies the rules
+    merged: list[tuple[int, int, str]] = []
+    for start, _, end, replacement in found:
+        if merged and start < merged[-1][1]:
+            continue  # inside an earlier credential: already covered
+        merged.append((start, end, replacement))
+    return merged
+
+
+def redact_slice(text: str, start: int, end: int, margin: int = 1_024) -> str:
+    """`text[start:end]` with every credential overlapping it replaced by its marker.
+
+    A credential cut by the slice's edges is still recognised: the search looks `margin`
+    characters beyond both ends (snippets around an offset, previews of a long text).
+    """
+    start, end = max(0, start), min(len(text), end)
+    if start >= end:
+        return ""
+    lo, hi = max(0, start - margin), min(len(text), end + margin)
+    region = text[lo:hi]
+    first, stop = start - lo, end - lo
+    out: list[str] = []
+    pos = first
+    for s, e, replacement in _spans(region):
+        if e <= pos or s >= stop:
+            continue
+        out.append(region[pos:s])
+        out.append(replacement)
+        pos = e
+    if pos < stop:
+        out.append(region[pos:stop])
+    return "".join(out)
 
 
 def contains_secret(text: str) -> bool:
