@@ -1,23 +1,30 @@
-"""Read-only commands leave their input files byte-identical and run nothing from them.
+"""Files handed to the CLI are untrusted: read-only commands leave them byte-identical, run
+nothing from them and stay within bounded memory.
 
 `cachepilot inspect` on a crafted LangGraph checkpoint (a value that names `os.mkdir`), on an
 archive holding month-old artifacts (`--store`), and on an Agents SDK state database: the
 files and their folders are unchanged afterwards, the crafted callable never ran, and the
-report names what it could not decode.
+report names what it could not decode. `cachepilot audit` on a cassette whose gzip body
+expands to 256 MiB: the body is skipped by name, within a bounded memory peak.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import gzip
 import hashlib
 import json
+import logging
 import sqlite3
 import time
+import tracemalloc
+import zlib
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
+import yaml
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
@@ -26,6 +33,8 @@ from langgraph.graph.message import add_messages
 from cachepilot import CachePilot
 from cachepilot.artifacts import SQLiteArtifactStore
 from cachepilot.artifacts.sqlite_readonly import ReadOnlySQLiteArtifactStore, connect_read_only
+from cachepilot.audit import audit_file, load_calls
+from cachepilot.audit.inflate import BodyTooLargeError, body_limit, inflate
 from cachepilot.checkpoint_reader import decode_typed
 from cachepilot.cli import main
 from cachepilot.inspect_state import load_threads
@@ -203,3 +212,94 @@ def test_checkpoint_payloads_that_are_never_decoded() -> None:
     assert decoded.describe_skipped() == "os.system"
     with pytest.raises(ValueError, match="malformed"):
         decode_typed("msgpack", b"\x91" * 100_000)
+
+
+# --- audit: bounded decompression ---------------------------------------------------------------
+
+BOMB_BYTES = 256 * 1024 * 1024
+
+
+def _gzip_bomb(size: int = BOMB_BYTES) -> bytes:
+    """`size` zero bytes, gzip-compressed a MiB at a time (about a thousandfold smaller)."""
+    engine = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = bytes(1024 * 1024)
+    parts = [engine.compress(block) for _ in range(size // len(block))]
+    parts.append(engine.flush())
+    return b"".join(parts)
+
+
+def _chat_interaction(n: int, body: bytes | str, gz: bool) -> dict[str, Any]:
+    request = {
+        "model": "gpt-5.4-mini",
+        "messages": [
+            {"role": "system", "content": "You are a coder. " * 200},
+            {"role": "user", "content": f"step {n}"},
+        ],
+    }
+    headers = {"Content-Type": ["application/json"]}
+    if gz:
+        headers["Content-Encoding"] = ["gzip"]
+    return {
+        "request": {
+            "body": json.dumps(request),
+            "headers": {"Content-Type": ["application/json"]},
+            "method": "POST",
+            "uri": "https://api.openai.com/v1/chat/completions",
+        },
+        "response": {
+            "status": {"code": 200, "message": "OK"},
+            "headers": headers,
+            "body": {"string": body},
+        },
+    }
+
+
+def test_audit_skips_a_gzip_bomb_by_name_within_bounded_memory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bomb = _gzip_bomb()
+    assert len(bomb) < 1024 * 1024  # a small file...
+    answer = json.dumps({"id": "chatcmpl-0", "choices": [], "usage": {"prompt_tokens": 9}})
+    cassette = {
+        "interactions": [
+            _chat_interaction(0, gzip.compress(answer.encode(), mtime=0), gz=True),
+            _chat_interaction(1, bomb, gz=True),  # ...that would inflate to 256 MiB
+        ],
+        "version": 1,
+    }
+    path = tmp_path / "bomb.yaml"
+    path.write_text(yaml.dump(cassette, Dumper=yaml.SafeDumper), encoding="utf-8")
+    before = _snapshot(tmp_path)
+    caplog.set_level(logging.WARNING, logger="cachepilot")
+    tracemalloc.start()
+    try:
+        calls = load_calls(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 96 * 1024 * 1024, f"peak {peak:,} bytes"
+    assert [c.response_id for c in calls] == ["chatcmpl-0", None]  # the call is still audited
+    skipped = [r.getMessage() for r in caplog.records if "body skipped" in r.getMessage()]
+    assert len(skipped) == 1 and skipped[0].startswith("interaction 1: response body skipped")
+    assert "expands past" in skipped[0]
+    report = audit_file(path)
+    assert len(report.calls) == 2
+    assert _snapshot(tmp_path) == before
+
+
+def test_inflate_limits_and_formats() -> None:
+    text = b"0123456789" * 1000
+    packed = gzip.compress(text, mtime=0)
+    assert inflate(packed, "gzip", limit=len(text)) == text  # exactly at the limit
+    with pytest.raises(BodyTooLargeError):
+        inflate(packed, "gzip", limit=len(text) - 1)
+    assert inflate(packed + gzip.compress(b"!", mtime=0), "gzip") == text + b"!"  # two members
+    assert inflate(zlib.compress(text), "deflate") == text
+    raw = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    assert inflate(raw.compress(text) + raw.flush(), "deflate") == text
+    with pytest.raises(zlib.error):
+        inflate(packed[: len(packed) // 2], "gzip")  # truncated
+    with pytest.raises(zlib.error):
+        inflate(b"not compressed", "deflate")
+    assert body_limit(10) == 1024 * 1024 and body_limit(10**9) == 32 * 1024 * 1024
+    assert body_limit(100_000) == 10_000_000
