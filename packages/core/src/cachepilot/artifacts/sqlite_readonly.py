@@ -63,8 +63,8 @@ class ReadOnlySQLiteArtifactStore(BaseArtifactStore):
     `delete_thread` and `prune` raise `PermissionError`. Nothing is pruned or counted.
 
     Raises:
-        ValueError: when the file is missing or not an artifact archive.
-        RuntimeError: when the archive was written by a newer schema version.
+        ValueError: when the file is missing, not an artifact archive, or written by a newer
+            schema version.
     """
 
     offload_async: ClassVar[bool] = True
@@ -86,7 +86,7 @@ class ReadOnlySQLiteArtifactStore(BaseArtifactStore):
             raise ValueError(f"{self.path}: not a readable SQLite database ({exc})") from exc
         if version > SCHEMA_VERSION:
             self._conn.close()
-            raise RuntimeError(
+            raise ValueError(
                 f"{self.path} uses artifact schema {version}, newer than this cachepilot "
                 f"({SCHEMA_VERSION})"
             )
