@@ -147,6 +147,10 @@ def test_keys_and_quotes_around_a_value_stay() -> None:
         "sha256 9f2c41d07a1b9f2c41d07a1b9f2c41d07a1b9f2c41d07a1b9f2c41d07a1b9f2c",
         'recall(ref="9f2c41d07a1b") [output reduced 48,213 → 1,020 chars]',
         "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
+        # code that names credentials without holding one
+        "client = OpenAI(api_key=api_key)\ndef login(password: str, secret: bytes) -> None:",
+        "csrf_secret = _unsalt_cipher_token(request.META)\nsecret_key_base: ...",
+        "API_KEY = os.environ.get('API_KEY')\npassword=settings.DB_PASSWORD",
     ],
 )
 def test_ordinary_text_is_left_alone(text: str) -> None:
@@ -171,7 +175,7 @@ def test_adversarial_inputs_finish(tmp_path: object) -> None:
         cases = ["sk-" * n, "eyJ" * n, "a" * 3 * n, "-----BEGIN PRIVATE KEY-----" * (n // 8),
                  "password=" * (n // 3), "://a:" * n, "AKIA" * n, "bearer " * n,
                  "Authorization: Basic " * (n // 7), "ghp_" * n, "xoxb-" * n, "x" * n + "=" * n,
-                 "api_key=" + "[" * n, "-" * 3 * n]
+                 "api_key=" + "[" * n, "api_key=" + "a" * n, "secret: a" * n, "-" * 3 * n]
         for case in cases:
             redact(case)
         print("ok")

@@ -71,12 +71,15 @@ def _valued(kind: str, needles: tuple[str, ...], pattern: str, flags: int = 0) -
     return _Rule(kind, re.compile(pattern, flags), needles, keep_prefix=True)
 
 
-# A value after `name =` / `name: ` / `"name": `: quoted, or a bare run; never a marker.
+# A value after `name =` / `name: ` / `"name": `: quoted, or a bare run; never a marker. A bare
+# run of letters, underscores and dots only is code or prose, not a credential: an identifier
+# (`api_key=api_key`, `password: str`, `secret = settings.SECRET`), a keyword (`true`, `None`)
+# or an ellipsis.
 _SEPARATOR = r"[\"']?[ \t]{0,8}[:=][ \t]{0,8}"
 _BARE_STOP = r"\s\"'`,;&<>(){}\[\]"
 _VALUE = (
     r"(?P<value>\"(?!\[redacted:)[^\"\n]{1,512}\"|'(?!\[redacted:)[^'\n]{1,512}'"
-    r"|(?!\[redacted:|(?:true|false|null|none|nil|undefined)(?![^" + _BARE_STOP + r"]))"
+    r"|(?![A-Za-z_.]++(?:[" + _BARE_STOP + r"]|$))"
     r"[^" + _BARE_STOP + r"]{3,512}+)"
 )
 _CREDENTIAL_NAME = (
