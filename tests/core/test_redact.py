@@ -351,3 +351,11 @@ def test_explain_snippets_never_show_a_credential() -> None:
     assert why.is_break and why.divergence is not None
     shown = why.describe() + json.dumps(why.to_dict())
     assert OPENAI[8:40] not in shown and "[redacted:openai-key]" in shown
+
+
+def test_case_insensitive_rules_survive_letters_that_lowering_lengthens() -> None:
+    # "İ".lower() is two characters: the lower-cased text no longer lines up with the text
+    text = f"İstanbul BEARER {BEARER_VALUE} İ Password={DB_PASSWORD} İ"
+    out = redact(text)
+    assert out == "İstanbul BEARER [redacted:bearer-token] İ Password=[redacted:password] İ"
+    assert redact_slice(text, 0, len(text)) == out
