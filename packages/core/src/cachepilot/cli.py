@@ -259,6 +259,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    from cachepilot.redact import RedactingFilter, redact
+
+    for handler in logging.getLogger().handlers:  # no credential shape reaches the terminal
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
     from cachepilot.audit.cli import cmd_audit
     from cachepilot.inspect_state import cmd_inspect
 
@@ -269,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handlers[args.command](args, sys.stdout, sys.stderr)
     except ValueError as exc:
-        sys.stderr.write(f"cachepilot {args.command}: {exc}\n")
+        sys.stderr.write(f"cachepilot {args.command}: {redact(str(exc))}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from cachepilot.messages import Message
 from cachepilot.plan import Edit
 from cachepilot.pricing import Price
+from cachepilot.redact import redact
 from cachepilot.tokens import TokenCounter
 
 __all__ = [
@@ -160,10 +161,14 @@ class Decision(BaseModel):
 def stub_text(
     kind: Literal["stub", "evict"], message: Message, tokens: int, ref: str, reason: str
 ) -> str:
-    """Deterministic one-line stub that names the ref to recall."""
+    """Deterministic one-line stub that names the ref to recall.
+
+    The reason may come from a model (the LLM lifecycle estimator): credential shapes in it
+    are replaced (`cachepilot.redact`).
+    """
     label = (message.name or "tool")[:_STUB_MAX_LABEL]
     verb = "pruned" if kind == "stub" else "evicted"
-    why = f" ({reason})" if reason and kind == "evict" else ""
+    why = f" ({redact(reason)})" if reason and kind == "evict" else ""
     return f'[{label} output {verb}{why}: {tokens:,} tokens; full text: recall(ref="{ref}")]'
 
 

@@ -36,6 +36,7 @@ from cachepilot.lifecycle.resources import (
     same_path,
 )
 from cachepilot.messages import Message, message_keys
+from cachepilot.redact import redact
 
 if TYPE_CHECKING:
     from cachepilot.lifecycle.rules import Estimator
@@ -437,7 +438,7 @@ class LifecycleRegistry(BaseModel):
                 id=f"task:{self.tasks_started}",
                 kind="task",
                 created_at_call=ordinal,
-                label=first[:_MAX_TASK_LABEL],
+                label=redact(first[: 4 * _MAX_TASK_LABEL])[:_MAX_TASK_LABEL],
             )
             self.segments[task.id] = task
             idx.tasks.append(task.id)

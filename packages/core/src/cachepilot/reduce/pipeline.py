@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachepilot.redact import redact
 from cachepilot.reduce.config import STUB_OVERHEAD, ReduceConfig
 from cachepilot.reduce.memory import IngestMemory, call_signature, coerce_args, source_key
 from cachepilot.reduce.normalize import ResultKind, ToolResult, normalize_output
@@ -16,7 +17,14 @@ from cachepilot.reduce.passes.size import head_tail_preview
 from cachepilot.reduce.stubs import NO_OUTPUT, blank_stub, compressed_note
 from cachepilot.refs import make_ref
 
-__all__ = ["COMPRESS_STEP", "Pipeline", "Reduction", "StepReport", "default_pipeline"]
+__all__ = [
+    "COMPRESS_STEP",
+    "REDACT_STEP",
+    "Pipeline",
+    "Reduction",
+    "StepReport",
+    "default_pipeline",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +34,8 @@ COMPRESS_STEP = "llm_compress"
 # stubs (a repeated output stays a pointer) and the cleanups, before the gate and the notes.
 _AFTER_COMPRESS = frozenset({"size_gate", "invalid_utf8", "loop_note", "hard_cap"})
 _POINTERS = frozenset({"binary", "image", "loop_stub", "superseded_read", "duplicate"})
+REDACT_STEP = "redact_secrets"
+"""Step name of credential redaction (`cachepilot.redact`) in a text the pipeline changed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +191,7 @@ class Pipeline:
         text = self._apply_passes(result.text, ctx, steps, compressed)
         if not text:
             text = NO_OUTPUT if not result.text else blank_stub(ref)
+        text = _redacted(text, result.text, steps)
         lossy = result.kind != "empty" and (text != result.text or not result.exact)
         try:
             memory.remember(
@@ -306,11 +317,28 @@ class Pipeline:
             )
         if not text:
             text = NO_OUTPUT
+        text = _redacted(text, result.text, [])
         lossy = result.kind != "empty" and (text != result.text or not result.exact)
         return Reduction(
             text=text, lossy=lossy, ref=ref if lossy else None, reason="fallback",
             kind=result.kind,
         )  # fmt: skip
+
+
+def _redacted(text: str, original: str, steps: list[StepReport]) -> str:
+    """`text` without credential shapes when the pipeline wrote it (it differs from the output).
+
+    An output passed through unchanged is the tool's own text and stays as it is; a preview,
+    stub or cleaned copy is cachepilot's, so credentials in it are replaced by markers (the
+    archived original keeps them, for `recall` in the same thread). Recorded as a lossy step,
+    so the text names the ref of the original.
+    """
+    if text == original:
+        return text
+    cleaned = redact(text)
+    if cleaned is not text:
+        steps.append(StepReport(REDACT_STEP, False, len(text), len(cleaned)))
+    return cleaned
 
 
 def default_pipeline(config: ReduceConfig | None = None) -> Pipeline:
