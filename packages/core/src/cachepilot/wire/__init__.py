@@ -28,6 +28,7 @@ from cachepilot.wire.body import (
     api_from_path,
     detect_api,
     parse_body,
+    thread_keys,
 )
 from cachepilot.wire.chat import (
     chat_chunks,
@@ -104,5 +105,6 @@ __all__ = [
     "split_like",
     "sse",
     "sse_events",
+    "thread_keys",
     "write_view",
 ]
