@@ -185,6 +185,9 @@ class ProxyEngine:
             return await self._passthrough(
                 method=method, path=path, query=query, headers=headers, raw=raw, api=api
             )
+        previous = body.get("previous_response_id")
+        if api == "responses" and isinstance(previous, str):
+            body["previous_response_id"] = self.threads.actual(previous)
         try:
             view = read_view(body, api)
         except WireError:
@@ -471,6 +474,8 @@ class ProxyEngine:
                 if api == "responses" and relay.reply.response_id:
                     self.threads.remember_response(relay.reply.response_id, prepared.thread)
                 if not relay.holding:
+                    if api == "responses" and relay.response_id and relay.reply.response_id:
+                        self.threads.alias(relay.response_id, relay.reply.response_id)
                     if history:
                         visible = Message(
                             role="assistant",

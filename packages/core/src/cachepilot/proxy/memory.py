@@ -73,6 +73,7 @@ class Threads:
         self._max = max_threads
         self._threads: OrderedDict[str, ThreadMemory] = OrderedDict()
         self._responses: OrderedDict[str, str] = OrderedDict()
+        self._aliases: OrderedDict[str, str] = OrderedDict()
         self._lock = asyncio.Lock()
 
     async def get(self, name: str) -> ThreadMemory:
@@ -121,6 +122,16 @@ class Threads:
         self._responses[response_id] = thread
         while len(self._responses) > 16 * self._max:
             self._responses.popitem(last=False)
+
+    def alias(self, shown: str, actual: str) -> None:
+        """A streamed reply shown under id `shown` ended in upstream response `actual`."""
+        self._aliases[shown] = actual
+        while len(self._aliases) > 16 * self._max:
+            self._aliases.popitem(last=False)
+
+    def actual(self, response_id: str) -> str:
+        """The upstream response an id shown to a client stands for."""
+        return self._aliases.get(response_id, response_id)
 
     @property
     def responses(self) -> OrderedDict[str, str]:

@@ -9,7 +9,9 @@ Exact behaviour, per upstream stream (a *round*):
 - When the round ends with only recall calls, the held events are dropped, the proxy answers
   the calls from the archive and asks the upstream again; the new round's events continue the
   client's stream: Chat chunks take the first round's id; Responses events continue the
-  `sequence_number`s and `output_index`es, without a second `response.created`/`in_progress`;
+  `sequence_number`s and `output_index`es, without a second `response.created`/`in_progress`,
+  under the first round's response id (the proxy maps it to the last round's id when the
+  client later sends it as `previous_response_id`);
   Messages events continue the content block `index`es, without a second `message_start`.
   The client sees one message: the text shown before the recall call, then the new reply.
 - When the round ends with recall calls next to the client's own calls, the held events are
@@ -96,6 +98,8 @@ class Relay:
             shown by earlier rounds.
         sequence: next Responses `sequence_number` to emit (rounds after the first).
         chat_id: the id Chat chunks carry for the client (rounds after the first).
+        response_id: the id Responses lifecycle events carry for the client (rounds after
+            the first: the first round's, as clients require one id per stream).
         prior_usage: the summed usage blocks of the earlier rounds.
         prior_items: Responses output items the client was shown by earlier rounds.
     """
@@ -109,6 +113,7 @@ class Relay:
         index_offset: int = 0,
         sequence: int = 0,
         chat_id: str | None = None,
+        response_id: str | None = None,
         prior_usage: Mapping[str, Any] | None = None,
         prior_items: list[Any] | None = None,
     ) -> None:
@@ -118,6 +123,7 @@ class Relay:
         self.index_offset = index_offset
         self.sequence = sequence
         self.chat_id = chat_id
+        self.response_id = response_id
         self.prior_usage = dict(prior_usage or {})
         self.prior_items = list(prior_items or [])
         self.reply = StreamReply(api)
@@ -194,14 +200,13 @@ class Relay:
         out["sequence_number"] = self.sequence
         self.sequence += 1
         response = out.get("response")
-        if isinstance(response, Mapping) and kind in (
-            "response.completed",
-            "response.incomplete",
-            "response.failed",
-        ):
+        if isinstance(response, Mapping):
             fixed = dict(response)
-            fixed["output"] = [*self.prior_items, *(response.get("output") or [])]
-            fixed["usage"] = add_usage(self.prior_usage, response.get("usage") or {})
+            if self.response_id is not None:
+                fixed["id"] = self.response_id
+            if kind in ("response.completed", "response.incomplete", "response.failed"):
+                fixed["output"] = [*self.prior_items, *(response.get("output") or [])]
+                fixed["usage"] = add_usage(self.prior_usage, response.get("usage") or {})
             out["response"] = fixed
         return out
 
@@ -299,6 +304,7 @@ class Relay:
             index_offset=offset,
             sequence=sequence,
             chat_id=self.chat_id if not self.first else self.reply.response_id,
+            response_id=self.response_id if not self.first else self.reply.response_id,
             prior_usage=add_usage(self.prior_usage, self.reply.usage_block),
             prior_items=items,
         )
