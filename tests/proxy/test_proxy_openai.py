@@ -58,8 +58,11 @@ def build_history() -> list[dict[str, Any]]:
             "role": "assistant",
             "content": "Running the build.",
             "tool_calls": [
-                {"id": CALL.id, "type": "function",
-                 "function": {"name": CALL.name, "arguments": CALL.arguments}}
+                {
+                    "id": CALL.id,
+                    "type": "function",
+                    "function": {"name": CALL.name, "arguments": CALL.arguments},
+                }
             ],
         },  # fmt: skip
         {"role": "tool", "tool_call_id": CALL.id, "content": BIG},
@@ -81,7 +84,11 @@ def test_chat_answers_reach_the_client_and_the_upstream_sees_reduced_outputs(str
         assert (text, calls) == (FINAL, [])
         text, _ = chat(
             api,
-            [*history, {"role": "assistant", "content": FINAL}, {"role": "user", "content": "Thanks"}],
+            [
+                *history,
+                {"role": "assistant", "content": FINAL},
+                {"role": "user", "content": "Thanks"},
+            ],
             stream=stream,
         )
         assert text == "You are welcome."
@@ -125,7 +132,11 @@ def test_chat_recall_round_trip_is_invisible_to_the_client(stream: bool) -> None
             assert text == "Let me read the log head." + FINAL
         else:
             assert text == FINAL
-        follow = [*history, {"role": "assistant", "content": text}, {"role": "user", "content": "Thanks"}]
+        follow = [
+            *history,
+            {"role": "assistant", "content": text},
+            {"role": "user", "content": "Thanks"},
+        ]
         assert chat(api, follow, stream=stream)[0] == "You are welcome."
         records = upstream.records
     assert len(records) == 3
@@ -134,9 +145,10 @@ def test_chat_recall_round_trip_is_invisible_to_the_client(stream: bool) -> None
     assert records[1].body["messages"][-2]["tool_calls"][0]["function"]["name"] == "recall"
     # The next request puts the hidden exchange back: the upstream's prefix never breaks.
     assert all(r.prefix_extends for r in records)
-    assert records[2].body["messages"][: len(records[1].body["messages"])] == records[1].body[
-        "messages"
-    ]
+    assert (
+        records[2].body["messages"][: len(records[1].body["messages"])]
+        == records[1].body["messages"]
+    )
     state = proxy.engine.pilot.state(proxy.engine.threads.names()[0])
     assert state.recalls == 1
 
@@ -160,7 +172,11 @@ def test_mixed_recall_goes_to_the_client_without_the_recall_call(stream: bool) -
                 for c in calls
             ],
         }
-        follow = [*history, assistant, {"role": "tool", "tool_call_id": "call_again", "content": "ok"}]
+        follow = [
+            *history,
+            assistant,
+            {"role": "tool", "tool_call_id": "call_again", "content": "ok"},
+        ]
         assert chat(api, follow, stream=stream)[0] == FINAL
         records = upstream.records
     sent = records[1].body["messages"]
