@@ -22,8 +22,13 @@ def client(root: str) -> anthropic.Anthropic:
 def history(system_mark: bool = False) -> tuple[Any, list[dict[str, Any]]]:
     system: Any = LONG_SYSTEM
     if system_mark:
-        system = [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral",
-                                                                           "ttl": "1h"}}]  # fmt: skip
+        system = [
+            {
+                "type": "text",
+                "text": LONG_SYSTEM,
+                "cache_control": {"type": "ephemeral", "ttl": "1h"},
+            }
+        ]
     messages = [
         {"role": "user", "content": "Build the project."},
         {
@@ -43,9 +48,12 @@ def history(system_mark: bool = False) -> tuple[Any, list[dict[str, Any]]]:
 
 def send(api: anthropic.Anthropic, system: Any, messages: list[Any], *, stream: bool) -> Any:
     kwargs: dict[str, Any] = {
-        "model": "claude-test", "max_tokens": 512, "system": system, "messages": messages,
+        "model": "claude-test",
+        "max_tokens": 512,
+        "system": system,
+        "messages": messages,
         "tools": [ANTHROPIC_BASH],
-    }  # fmt: skip
+    }
     if stream:
         with api.messages.stream(**kwargs) as events:
             return events.get_final_message()
@@ -167,10 +175,15 @@ def test_streamed_mixed_recall_renumbers_the_blocks() -> None:
         assert reply.content[1].id == "call_again"
         follow = [
             *messages,
-            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_again",
-                                          "content": "ok"}]},
-        ]  # fmt: skip
+            {
+                "role": "assistant",
+                "content": [b.model_dump(exclude_none=True) for b in reply.content],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "call_again", "content": "ok"}],
+            },
+        ]
         assert send(api, system, follow, stream=True).content[0].text == FINAL
         records = upstream.records
     sent = records[1].body["messages"]

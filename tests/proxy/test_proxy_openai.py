@@ -64,7 +64,7 @@ def build_history() -> list[dict[str, Any]]:
                     "function": {"name": CALL.name, "arguments": CALL.arguments},
                 }
             ],
-        },  # fmt: skip
+        },
         {"role": "tool", "tool_call_id": CALL.id, "content": BIG},
     ]
 
@@ -108,9 +108,12 @@ def test_volatile_system_prompt_reaches_the_upstream_canonical() -> None:
     with ReplayProvider(plain_script()) as upstream, running_proxy(upstream.base_url) as proxy:
         api = client(proxy.base_url, **{"X-CachePilot-Thread": "build-1"})
         history = build_history()
-        for call, messages in enumerate([history[:2], history]):
-            messages = [{"role": "system", "content": volatile_system_prompt(call)}, *messages[1:]]
-            chat(api, messages, stream=False)
+        for call, sent in enumerate([history[:2], history]):
+            chat(
+                api,
+                [{"role": "system", "content": volatile_system_prompt(call)}, *sent[1:]],
+                stream=False,
+            )
         first, second = (r.body for r in upstream.records)
     assert volatile_system_prompt(0) != volatile_system_prompt(1)
     assert first["messages"][0] == second["messages"][0]  # byte-identical system prompt
@@ -200,8 +203,11 @@ def test_responses_through_the_proxy(stream: bool) -> None:
     with ReplayProvider(recall_script()) as upstream, running_proxy(upstream.base_url) as proxy:
         api = client(proxy.base_url)
         kwargs: dict[str, Any] = {
-            "model": "m", "instructions": SYSTEM, "input": responses_input(), "tools": [FLAT_BASH],
-        }  # fmt: skip
+            "model": "m",
+            "instructions": SYSTEM,
+            "input": responses_input(),
+            "tools": [FLAT_BASH],
+        }
         if stream:
             with api.responses.stream(**kwargs) as events:
                 response = events.get_final_response()
@@ -255,9 +261,13 @@ def test_bodies_the_proxy_did_not_change_are_forwarded_field_for_field() -> None
             {"role": "user", "content": [{"type": "text", "text": "Build the project."}]},
         ]
         api.chat.completions.create(
-            model="m", messages=messages, tools=[BASH], temperature=0.25, seed=7,
+            model="m",
+            messages=messages,
+            tools=[BASH],
+            temperature=0.25,
+            seed=7,
             extra_body={"vendor_option": {"x": 1}},
-        )  # fmt: skip
+        )
         body = upstream.records[0].body
     assert body["messages"] == messages
     assert body["temperature"] == 0.25 and body["seed"] == 7 and body["vendor_option"] == {"x": 1}
