@@ -113,6 +113,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from cachepilot.compress.cli import add_optimize_parser
 
     add_optimize_parser(sub)
+    from cachepilot.proxy.cli import add_proxy_parser
+
+    add_proxy_parser(sub)
     return parser
 
 
@@ -271,6 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cachepilot.compress.cli import cmd_optimize
 
     handlers["optimize-guideline"] = cmd_optimize
+    from cachepilot.proxy.cli import cmd_proxy
+
+    handlers["proxy"] = cmd_proxy
     try:
         return handlers[args.command](args, sys.stdout, sys.stderr)
     except ValueError as exc:

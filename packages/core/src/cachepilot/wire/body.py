@@ -27,6 +27,7 @@ __all__ = [
     "api_from_path",
     "detect_api",
     "parse_body",
+    "thread_keys",
 ]
 
 logger = logging.getLogger(__name__)
@@ -186,6 +187,11 @@ def _params(body: Mapping[str, Any], api: Api) -> dict[str, Any]:
             if body.get(name) is not None:
                 out[name] = body[name]
     return out
+
+
+def thread_keys(body: Mapping[str, Any]) -> dict[str, str]:
+    """The thread keys a request body carries, strongest first (see `ParsedBody.keys`)."""
+    return _keys(body) if isinstance(body, Mapping) else {}
 
 
 def _keys(body: Mapping[str, Any]) -> dict[str, str]:

@@ -101,7 +101,13 @@ class _Turn:
         return Message(role="assistant", content=simplify(self.parts), tool_calls=tuple(self.calls))
 
 
-def responses_items(items: Any, where: str = "input", *, strict: bool = True) -> list[Message]:
+def responses_items(
+    items: Any,
+    where: str = "input",
+    *,
+    strict: bool = True,
+    spans: list[tuple[int, int]] | None = None,
+) -> list[Message]:
     """Responses `input` (a string or a list of items) as neutral messages.
 
     Consecutive assistant-side items (reasoning, assistant message, function calls) form one
@@ -109,11 +115,20 @@ def responses_items(items: Any, where: str = "input", *, strict: bool = True) ->
     messages with role `system`. Unknown item types are kept as user text (their JSON), so
     they still occupy the prompt.
 
+    Args:
+        items: the `input` value.
+        where: its name in error messages.
+        strict: raise on what the API would reject.
+        spans: when given, receives for each returned message the range of item indices
+            (start, end) it was read from (a string `input` is `(0, 1)`).
+
     Raises:
         WireError: when an item is malformed (strict mode).
     """
     reader = Reader(strict)
+    found: list[tuple[int, int]] = spans if spans is not None else []
     if isinstance(items, str):
+        found.append((0, 1))
         return [Message(role="user", content=items)]
     if items is None:
         return []
@@ -123,18 +138,30 @@ def responses_items(items: Any, where: str = "input", *, strict: bool = True) ->
     out: list[Message] = []
     turn = _Turn()
     names: dict[str, str] = {}
+    turn_start = 0
+    position = 0
 
     def flush() -> None:
         nonlocal turn
+        nonlocal turn_start
         if not turn.empty():
             out.append(turn.message())
+            found.append((turn_start, position))
         turn = _Turn()
+        turn_start = position
+
+    def add(message: Message) -> None:
+        out.append(message)
+        found.append((position, position + 1))
 
     for i, raw in enumerate(items):
         at = f"{where}[{i}]"
+        position = i
+        if turn.empty():
+            turn_start = i
         if isinstance(raw, str) and not strict:
             flush()
-            out.append(Message(role="user", content=raw))
+            add(Message(role="user", content=raw))
             continue
         item = reader.obj(raw, at)
         if item is None:
@@ -150,12 +177,12 @@ def responses_items(items: Any, where: str = "input", *, strict: bool = True) ->
                 continue
             flush()
             if role in SYSTEM_ROLES:
-                out.append(Message(role="system", content=content))
+                add(Message(role="system", content=content))
             elif role == "user":
-                out.append(Message(role="user", content=content))
+                add(Message(role="user", content=content))
             else:
                 reader.fail(f"{at}.role {role!r} is not supported", f"{at}.role")
-                out.append(Message(role="user", content=content))
+                add(Message(role="user", content=content))
         elif kind == "reasoning":
             if turn.calls:
                 flush()
@@ -189,7 +216,7 @@ def responses_items(items: Any, where: str = "input", *, strict: bool = True) ->
             call_id = reader.string(call_id, f"{at}.call_id")
             if not call_id:
                 raise WireError(f"{at}.call_id must not be empty", f"{at}.call_id")
-            out.append(
+            add(
                 Message(
                     role="tool",
                     content=_content(item.get("output"), f"{at}.output", reader),
@@ -199,7 +226,8 @@ def responses_items(items: Any, where: str = "input", *, strict: bool = True) ->
             )
         else:
             flush()
-            out.append(Message(role="user", content=canonical(item)))
+            add(Message(role="user", content=canonical(item)))
+    position = len(items)
     flush()
     return out
 
