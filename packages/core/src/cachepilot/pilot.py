@@ -364,6 +364,26 @@ class CachePilot:
             self._states[thread] = loaded
         return loaded
 
+    def drop_thread(self, thread: str, *, artifacts: bool = True) -> None:
+        """Forget a thread: its live state and caches, and (by default) its archived data.
+
+        For scopes that end with their run (a request without a thread of its own) and for a
+        user deleting a conversation. Persisted copies of the state (graph state, sessions)
+        belong to the framework and are not touched. Never raises on a store failure (logged).
+        """
+        _check_thread(thread)
+        with self._lock:
+            self._states.pop(thread, None)
+            self._trackers.pop(thread, None)
+            self._views.pop(thread, None)
+            self._warned_pairing.discard(thread)
+        self._result_views.forget(thread)
+        if artifacts and self.has_store:
+            try:
+                self.store.delete_thread(thread)
+            except Exception:
+                logger.warning("thread %s: archived data not deleted", thread, exc_info=True)
+
     def export_state(self, thread: str = "default") -> dict[str, Any]:
         """A JSON-ready copy of a thread's state."""
         return self.state(thread).model_dump(mode="json")
