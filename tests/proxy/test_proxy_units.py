@@ -173,3 +173,23 @@ def test_cli_help_and_bad_arguments() -> None:
         [*run, "--upstream", "nope"], capture_output=True, text=True, timeout=60, check=False
     )
     assert bad.returncode == 2 and "http(s) URL" in bad.stderr
+
+
+def test_threads_beyond_the_memory_cap_leave_the_pilot() -> None:
+    import asyncio as _asyncio
+
+    from cachepilot import CachePilot as _Pilot
+    from cachepilot.artifacts import InMemoryArtifactStore as _Store
+    from cachepilot.proxy.memory import Threads
+
+    pilot = _Pilot(store=_Store())
+    threads = Threads(pilot, max_threads=2)
+
+    async def touch() -> None:
+        for name in ("a", "b", "c"):
+            await threads.get(name)
+            pilot.state(name).calls += 1
+
+    _asyncio.run(touch())
+    assert pilot.state("a").calls == 0  # dropped, then recreated empty on this access
+    assert pilot.state("c").calls == 1

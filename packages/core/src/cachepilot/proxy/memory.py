@@ -86,7 +86,9 @@ class Threads:
             found = ThreadMemory(name)
             self._threads[name] = found
             while len(self._threads) > self._max:
-                self._threads.popitem(last=False)
+                evicted, _ = self._threads.popitem(last=False)
+                # Its state stays in the store; the pilot's live copy and caches go.
+                self.pilot.drop_thread(evicted, artifacts=False)
         if self.store is not None:
             try:
                 saved = await self.store.load(name)
