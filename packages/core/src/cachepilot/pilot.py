@@ -420,11 +420,14 @@ class CachePilot:
             except Exception:
                 logger.warning("observation compressor unavailable; rule passes apply")
         try:
+            # The passes run outside the pilot's lock (only the thread's memory is read and
+            # updated under it): a huge output never holds up other threads' calls.
+            reduction = self._pipeline.run(
+                tool_name, parsed_args, call_id, result, state.ingest,
+                compressed=compressed.text if compressed is not None else None,
+                memory_lock=self._lock,
+            )  # fmt: skip
             with self._lock:
-                reduction = self._pipeline.run(
-                    tool_name, parsed_args, call_id, result, state.ingest,
-                    compressed=compressed.text if compressed is not None else None,
-                )  # fmt: skip
                 state.revision += 1
         except Exception:
             logger.warning(
