@@ -60,6 +60,7 @@ from cachepilot.reduce import (
     source_key,
 )
 from cachepilot.reduce.memory import canonical_args
+from cachepilot.reduce.passes.size import unarchived_preview
 from cachepilot.reduce.stubs import invalid_utf8_note, recall_call
 from cachepilot.refs import make_ref
 from cachepilot.sim import get_profile
@@ -140,6 +141,9 @@ class PilotState(BaseModel):
     """Tasks and work units with their states (what may be evicted)."""
     decisions: list[Decision] = Field(default_factory=list)
     """The latest scheduler decisions (bounded), for explanations."""
+    archive_failures: int = 0
+    """Tool results whose original could not be archived (the store failed): they reached the
+    model whole when under the size limit, else as a head/tail preview with the middle lost."""
     revision: int = 0
     """Bumped by every change (ingest, prepare, recall, usage): of two copies of a thread's
     state, the one with the higher revision is the newer (plugins merge parallel updates by
@@ -305,6 +309,7 @@ class CachePilot:
         self._estimator: Estimator = estimator or RuleEstimator()
         self._summarizer = summarizer
         self._compressor = compressor
+        self._archive_down = False  # the last archive attempt failed (logged once per outage)
         # The recall tool's schema with sorted keys, one object per pilot (sent every call).
         self._recall_tool: dict[str, Any] = canonicalize_tool(RECALL_TOOL_SCHEMA)
 
@@ -486,7 +491,7 @@ class CachePilot:
         extra_meta: Mapping[str, Any] | None = None,
     ) -> IngestReport:
         """Archive `result.original`; the report of `text` naming its ref (or, when the store
-        fails, of the output passed through whole)."""
+        fails, of the output as `_unarchived` bounds it)."""
         original_chars = len(result.text)
         steps = tuple(name for name, _ in saved)
         meta = {
@@ -503,15 +508,41 @@ class CachePilot:
         try:
             ref = self.store.put(thread, result.original, meta=meta, media_type=result.media_type)
         except Exception:
-            # Nothing may be lost: if the original cannot be archived, the model gets it whole.
-            logger.error(
-                "could not archive the original of tool %r call %s; passing it through unreduced",
-                tool_name,
-                call_id,
-                exc_info=True,
-            )
-            return IngestReport(result.text, None, original_chars)
+            return self._unarchived(thread, result, tool_name, args, call_id)
+        if self._archive_down:
+            self._archive_down = False
+            logger.warning("the artifact archive accepts originals again")
         return IngestReport(text, ref, original_chars, steps, saved)
+
+    def _unarchived(
+        self,
+        thread: str,
+        result: ToolResult,
+        tool_name: str,
+        args: dict[str, Any],
+        call_id: str,
+    ) -> IngestReport:
+        """The store failed: the output whole when under the tool's size limit (nothing is
+        lost), else a head/tail preview that says the middle was not kept. Counted in the
+        thread's `archive_failures`; logged with a traceback once per outage."""
+        with self._lock:
+            state = self.state(thread)
+            state.archive_failures += 1
+            state.revision += 1
+        first, self._archive_down = not self._archive_down, True
+        logger.log(
+            logging.ERROR if first else logging.WARNING,
+            "could not archive the original of tool %r call %s; outputs over the size limit "
+            "are cut to a preview until the archive is back",
+            tool_name,
+            call_id,
+            exc_info=first,
+        )
+        profile = self.config.reduction.profile_for(tool_name, args)
+        text = result.text
+        if len(text) > min(profile.limit, self.config.reduction.hard_cap):
+            text = unarchived_preview(text, profile.head_chars, profile.tail_chars)
+        return IngestReport(text, None, len(result.text))
 
     async def aingest(
         self,

@@ -19,6 +19,18 @@ Layout (one item per artifact):
 Items are written with ``index=False`` (payloads are never embedded for semantic search) and
 ``ttl=None`` (only this adapter's retention removes them).
 
+Connections: ``PostgresStore.from_conn_string(url)`` holds one connection and never reconnects;
+after a server restart every put fails (the pilot then counts archive failures and cuts large
+outputs to a preview). Give it a pool that checks connections before lending them, and it
+recovers by itself::
+
+    from psycopg_pool import ConnectionPool
+
+    with PostgresStore.from_conn_string(
+        url, pool_config={"max_size": 8, "check": ConnectionPool.check_connection}
+    ) as store:
+        ...
+
 Limits and costs, all documented on `LangGraphArtifactStore`:
 
 - one artifact is one store value; base64 adds a third, so backend value limits apply
@@ -271,7 +283,8 @@ class LangGraphArtifactStore(BaseArtifactStore):
             whole namespace: switch it off for very large shared stores and call `prune` from a
             scheduled job instead.
         max_payload_bytes: Largest payload accepted; bigger ones raise `ValueError` (the pilot
-            then passes the output through unreduced). None: no limit besides the backend's.
+            then passes it whole when under the tool's size limit, else a head/tail preview,
+            and counts an archive failure). None: no limit besides the backend's.
         page_size: Items per `search` / `list_namespaces` page.
 
     Raises:
