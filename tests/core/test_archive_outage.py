@@ -35,7 +35,10 @@ def test_otel_and_logging_sinks_report_archive_failures(caplog: pytest.LogCaptur
 
     reader = InMemoryMetricReader()
     metrics = Metrics(
-        [OTelSink(meter_provider=MeterProvider(metric_readers=[reader]), spans=False), LoggingSink()]
+        [
+            OTelSink(meter_provider=MeterProvider(metric_readers=[reader]), spans=False),
+            LoggingSink(),
+        ]
     )
     usage = Usage(input_tokens=2_000, cached_tokens=1_000, output_tokens=10)
     with caplog.at_level(logging.INFO, logger="cachepilot.metrics"):

@@ -636,12 +636,18 @@ def test_pilot_archives_and_recalls_through_the_graph_store() -> None:
     assert "was not found in this conversation" in pilot.recall(infos[0].ref, thread="other")
 
 
-def test_pilot_passes_output_through_when_the_payload_is_too_big() -> None:
+def test_a_payload_too_big_to_archive_is_bounded_and_counted() -> None:
     store = LangGraphArtifactStore(InMemoryStore(), max_payload_bytes=1000)
     pilot = CachePilot(Config(), store=store)
     output = "y" * 200_000
-    assert pilot.ingest("bash", {"command": "yes"}, output, "c", thread="t") == output
+    text = pilot.ingest("bash", {"command": "yes"}, output, "c", thread="t")
+    assert len(text) < 5_000 and "the archive is unavailable" in text
+    assert pilot.state("t").archive_failures == 1
     assert store.list("t") == []
+    small = "z\n" * 400  # under the size limit: passed whole, nothing lost
+    assert pilot.ingest("bash", {"command": "z"}, small + "z" * 2_000, "d", thread="t") == (
+        small + "z" * 2_000
+    )
 
 
 def test_adapter_satisfies_the_protocol() -> None:

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.timeout(180)
 
 pytest.importorskip("langgraph.store.postgres")
 
-BIG = "\n".join(f"{i:06d} INFO worker-{i % 7} processed batch {i} in {i % 97} ms" for i in range(4_000))
+BIG = "\n".join(
+    f"{i:06d} INFO worker-{i % 7} processed batch {i} in {i % 97} ms" for i in range(4_000)
+)
 """About 212 KB of log: far over the bash limit (30,000 characters)."""
 
 
@@ -68,7 +70,9 @@ def test_pooled_store_recovers_after_a_restart(private_postgres: PrivatePostgres
         assert len(after) < 2_000 and 'recall(ref="' in after
         assert pilot.state("t").archive_failures == 0
         ref = after.split('recall(ref="', 1)[1][:12]
-        assert pilot.recall(ref, lines="1-2", thread="t").endswith("000001 INFO worker-1 processed batch 1 in 1 ms")
+        assert pilot.recall(ref, lines="1-2", thread="t").endswith(
+            "000001 INFO worker-1 processed batch 1 in 1 ms"
+        )
         old_ref = before.split('recall(ref="', 1)[1][:12]
         assert "000000 INFO" in pilot.recall(old_ref, lines="1", thread="t")
 
@@ -108,8 +112,12 @@ def test_async_postgres_store(postgres_db: str) -> None:
         async with AsyncPostgresStore.from_conn_string(postgres_db) as lg:
             await lg.setup()
             adapter = LangGraphArtifactStore(lg)
-            refs = await asyncio.gather(*(adapter.aput("a", f"payload {i}" * 100) for i in range(20)))
+            refs = await asyncio.gather(
+                *(adapter.aput("a", f"payload {i}" * 100) for i in range(20))
+            )
             found = await asyncio.gather(*(adapter.aget("a", ref) for ref in refs))
-            assert [a.text for a in found if a is not None] == [f"payload {i}" * 100 for i in range(20)]
+            assert [a.text for a in found if a is not None] == [
+                f"payload {i}" * 100 for i in range(20)
+            ]
 
     asyncio.run(main())

@@ -307,7 +307,8 @@ class OTelSink:
     Instruments (meter `cachepilot`): `cachepilot.tokens` (attribute `kind`: prompt, cached,
     written, output), `cachepilot.cost` (USD), `cachepilot.bytes_reduced`,
     `cachepilot.recalls`, `cachepilot.maintenance_epochs` (attribute `reason`),
-    `cachepilot.archive_failures`, histogram `cachepilot.hit_rate`. Span `cachepilot.model_call` carries every `CallMetrics` field.
+    `cachepilot.archive_failures`, histogram `cachepilot.hit_rate`. Span
+    `cachepilot.model_call` carries every `CallMetrics` field.
 
     Args:
         meter_provider: an OpenTelemetry `MeterProvider` (default: the global one).

@@ -63,6 +63,7 @@ from cachepilot.reduce.memory import canonical_args
 from cachepilot.reduce.passes.size import unarchived_preview
 from cachepilot.reduce.stubs import invalid_utf8_note, recall_call
 from cachepilot.refs import make_ref
+from cachepilot.settle import settle
 from cachepilot.sim import get_profile
 from cachepilot.tokens import DEFAULT_ENCODING, TokenCounter, get_counter
 from cachepilot.usage import Usage
@@ -821,6 +822,7 @@ class CachePilot:
                 state.plan.epochs.append(
                     Epoch(index=len(state.plan.epochs), reason=decision.reason, edits=edits)
                 )
+                settle(state.plan, state.lifecycle, canon_messages, keys)  # state stays small
             if decision.apply or decision.candidates:
                 state.decisions.append(decision)
                 del state.decisions[:-_MAX_DECISIONS]
@@ -1166,12 +1168,10 @@ class CachePilot:
 def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:
     """Calls the current task is expected to run from now: as long as the finished tasks ran
     on average, and at least `horizon` × the calls it has run so far."""
-    lengths = [
-        t.ended_at_call - t.created_at_call for t in registry.tasks() if t.ended_at_call is not None
-    ]
+    total, finished = registry.finished_task_calls()
     current = registry.segments.get(registry.current_task or "")
     elapsed = registry.calls - current.created_at_call if current is not None else 0
-    mean = sum(lengths) / len(lengths) if lengths else 0.0
+    mean = total / finished if finished else 0.0
     return max(round(mean - elapsed), round(elapsed * horizon))
 
 

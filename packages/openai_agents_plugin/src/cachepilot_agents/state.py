@@ -203,14 +203,13 @@ class SQLAlchemyStateStore:
 
     def _upsert(self, values: dict[str, Any]) -> Any:
         """The dialect's upsert statement, or None when it has none SQLAlchemy knows."""
+        from sqlalchemy.dialects import mysql, postgresql, sqlite
+
         table = self._table
         name = self._engine.dialect.name
         if name in ("postgresql", "sqlite"):
-            if name == "postgresql":
-                from sqlalchemy.dialects.postgresql import insert
-            else:
-                from sqlalchemy.dialects.sqlite import insert
-            statement = insert(table).values(**values)
+            dialect: Any = postgresql if name == "postgresql" else sqlite
+            statement = dialect.insert(table).values(**values)
             return statement.on_conflict_do_update(
                 index_elements=[table.c.thread],
                 set_={
@@ -219,11 +218,9 @@ class SQLAlchemyStateStore:
                 },
             )
         if name in ("mysql", "mariadb"):
-            from sqlalchemy.dialects.mysql import insert as mysql_insert
-
-            statement = mysql_insert(table).values(**values)
-            return statement.on_duplicate_key_update(
-                state=statement.inserted.state, updated_at=statement.inserted.updated_at
+            upsert = mysql.insert(table).values(**values)
+            return upsert.on_duplicate_key_update(
+                state=upsert.inserted.state, updated_at=upsert.inserted.updated_at
             )
         return None
 
