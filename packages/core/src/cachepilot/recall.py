@@ -130,6 +130,8 @@ class RecallResult:
         error: Why the request could not be served (malformed or out-of-range lines).
         printable: The content reads as text (False for binary data such as images).
         recent: Up to 5 recent refs of the thread with their tool names (when not found).
+        removed: Why the archive no longer holds a ref it held (its retention period or its
+            size limit), when the store remembers (when not found).
     """
 
     ref: str
@@ -156,6 +158,7 @@ class RecallResult:
     error: str | None = None
     printable: bool = True
     recent: tuple[tuple[str, str | None], ...] = ()
+    removed: str | None = None
 
     def continuation(self) -> str | None:
         """The recall call that continues this result, as the model should write it."""
@@ -223,6 +226,12 @@ class RecallResult:
     def _render_not_found(self) -> str:
         if self.message is not None:  # the store failed: say so, not "not found"
             return f"[recall {self.ref}: the archive is unavailable]\n{self.message}"
+        if self.removed is not None:
+            return (
+                f"[recall: ref {_quote(self.ref)} was removed from this conversation's archive "
+                f"by its {self.removed}]\nThe original is no longer available. Run the tool "
+                "again if its output is still needed."
+            )
         if is_ref(self.ref):
             head = f"[recall: ref {_quote(self.ref)} was not found in this conversation]"
         else:
@@ -280,6 +289,9 @@ def recall(  # noqa: PLR0917 - mirrors the tool's arguments
         logger.warning("recall %s: the artifact store failed: %r", key, exc, exc_info=True)
         return _store_failed(key, exc)
     if artifact is None:
+        removed = _removed(store, thread, key)
+        if removed is not None:
+            return RecallResult(ref=key, found=False, removed=removed)
         return _not_found(key, _recent(_safe_list(store, thread)))
     try:
         store.record_access(thread, key)
@@ -311,6 +323,9 @@ async def arecall(  # noqa: PLR0917 - mirrors the tool's arguments
         logger.warning("recall %s: the artifact store failed: %r", key, exc, exc_info=True)
         return _store_failed(key, exc)
     if artifact is None:
+        removed = await _aremoved(store, thread, key)
+        if removed is not None:
+            return RecallResult(ref=key, found=False, removed=removed)
         return _not_found(key, _recent(await _asafe_list(store, thread)))
     try:
         await store.arecord_access(thread, key)
@@ -348,6 +363,31 @@ def _notify(on_access: Callable[[Artifact], object] | None, artifact: Artifact) 
     except Exception:
         logger.exception("recall %s: on_access callback failed", artifact.ref)
         return None
+
+
+def _removed(store: ArtifactStore, thread: str, ref: str) -> str | None:
+    """Why the store no longer holds `ref` (stores without the `removed` method: None)."""
+    method = getattr(store, "removed", None)
+    if not callable(method):
+        return None
+    try:
+        reason = method(thread, ref)
+    except Exception as exc:
+        logger.warning("recall: could not ask why %s is gone: %r", ref, exc)
+        return None
+    return reason if isinstance(reason, str) else None
+
+
+async def _aremoved(store: ArtifactStore, thread: str, ref: str) -> str | None:
+    method = getattr(store, "aremoved", None)
+    if not callable(method):
+        return None
+    try:
+        reason = await method(thread, ref)
+    except Exception as exc:
+        logger.warning("recall: could not ask why %s is gone: %r", ref, exc)
+        return None
+    return reason if isinstance(reason, str) else None
 
 
 def _safe_list(store: ArtifactStore, thread: str) -> list[ArtifactInfo]:

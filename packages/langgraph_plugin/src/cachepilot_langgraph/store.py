@@ -16,6 +16,10 @@ Layout (one item per artifact):
   ASCII-escaped JSON text, because PostgreSQL ``jsonb`` and ``orjson`` refuse NUL characters or
   lone surrogates in strings.
 
+An artifact removed by the retention or a size cap leaves a small tombstone item (key
+``removed-<ref>``, value ``{"format": "cachepilot.removed/1", "reason", "at"}``) so a recall
+can say why the ref is gone; tombstones are swept after the retention (at least 30 days).
+
 Items are written with ``index=False`` (payloads are never embedded for semantic search) and
 ``ttl=None`` (only this adapter's retention removes them).
 
@@ -65,6 +69,9 @@ from cachepilot.artifacts.base import (
     DEFAULT_MAX_BYTES_PER_THREAD,
     DEFAULT_MAX_TOTAL_BYTES,
     DEFAULT_RETENTION_SECONDS,
+    REMOVED_BY_RETENTION,
+    REMOVED_BY_SIZE,
+    TOMBSTONE_SECONDS,
     Artifact,
     ArtifactInfo,
     BaseArtifactStore,
@@ -98,6 +105,10 @@ DEFAULT_MAX_PAYLOAD_BYTES: int = 128 * 1024 * 1024
 ``jsonb`` limit)."""
 VALUE_FORMAT = "cachepilot.artifact/1"
 """The ``format`` field of every artifact value; items without it are not artifacts."""
+
+TOMBSTONE_FORMAT = "cachepilot.removed/1"
+"""The ``format`` field of the item that says why an artifact is gone."""
+_TOMBSTONE_PREFIX = "removed-"
 
 _SAFE_LABEL_CHARS = frozenset(string.ascii_letters + string.digits + "-_")
 _DEFAULT_PAGE_SIZE = 100
@@ -147,6 +158,12 @@ class _Put:
 
 
 @dataclass(frozen=True, slots=True)
+class _PutMany:
+    namespace: tuple[str, ...]
+    items: tuple[tuple[str, dict[str, Any]], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class _Delete:
     namespace: tuple[str, ...]
     keys: tuple[str, ...]
@@ -166,13 +183,22 @@ class _ListNamespaces:
     limit: int
 
 
-_Op: TypeAlias = _Get | _Put | _Delete | _Search | _ListNamespaces
+_Op: TypeAlias = _Get | _Put | _PutMany | _Delete | _Search | _ListNamespaces
 _Flow: TypeAlias = Generator[_Op, Any, _T]
 
 
 def _get(namespace: tuple[str, ...], key: str) -> _Flow[Item | None]:
     result = yield _Get(namespace, key)
     return cast("Item | None", result)
+
+
+def _tombstones(
+    namespace: tuple[str, ...], refs: Sequence[str], reason: str, now: float
+) -> _Flow[None]:
+    """Remember why `refs` are gone (one batch)."""
+    if refs:
+        value = {"format": TOMBSTONE_FORMAT, "reason": reason, "at": now}
+        yield _PutMany(namespace, tuple((_TOMBSTONE_PREFIX + ref, value) for ref in refs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +384,9 @@ class LangGraphArtifactStore(BaseArtifactStore):
     def _delete_all(self, thread: str) -> int:
         return self._run(self._flow_delete_all(thread))
 
+    def _removed_reason(self, thread: str, ref: str) -> str | None:
+        return self._run(self._flow_removed(thread, ref))
+
     def prune(self, now: float | None = None) -> int:
         """Remove artifacts idle longer than the retention, then enforce the caps."""
         removed = self._run(self._flow_sweep(now_from(self._clock, now), None, retention=True))
@@ -407,6 +436,11 @@ class LangGraphArtifactStore(BaseArtifactStore):
         key = self._key(thread, ref)
         return False if key is None else await self._arun(self._flow_delete_one(thread, key))
 
+    async def aremoved(self, thread: str, ref: str) -> str | None:
+        """Async `removed`."""
+        key = self._key(thread, ref)
+        return None if key is None else await self._arun(self._flow_removed(thread, key))
+
     async def adelete_thread(self, thread: str) -> int:
         """Async `delete_thread`."""
         return await self._arun(self._flow_delete_all(check_thread(thread)))
@@ -452,6 +486,9 @@ class LangGraphArtifactStore(BaseArtifactStore):
         if isinstance(op, _Put):
             store.put(op.namespace, op.key, op.value, index=False, ttl=None)
             return None
+        if isinstance(op, _PutMany):
+            store.batch([PutOp(op.namespace, k, v, index=False, ttl=None) for k, v in op.items])
+            return None
         if isinstance(op, _Delete):
             if len(op.keys) == 1:
                 store.delete(op.namespace, op.keys[0])
@@ -482,6 +519,11 @@ class LangGraphArtifactStore(BaseArtifactStore):
             return await store.aget(op.namespace, op.key, refresh_ttl=False)
         if isinstance(op, _Put):
             await store.aput(op.namespace, op.key, op.value, index=False, ttl=None)
+            return None
+        if isinstance(op, _PutMany):
+            await store.abatch(
+                [PutOp(op.namespace, k, v, index=False, ttl=None) for k, v in op.items]
+            )
             return None
         if isinstance(op, _Delete):
             if len(op.keys) == 1:
@@ -558,6 +600,14 @@ class LangGraphArtifactStore(BaseArtifactStore):
             return None
         return artifact_from(record.info, data)
 
+    def _flow_removed(self, thread: str, ref: str) -> _Flow[str | None]:
+        item = yield from _get(self.namespace_of(thread), _TOMBSTONE_PREFIX + ref)
+        value = None if item is None else item.value
+        if isinstance(value, Mapping) and value.get("format") == TOMBSTONE_FORMAT:
+            reason = value.get("reason")
+            return reason if isinstance(reason, str) else None
+        return None
+
     def _flow_count_access(self, thread: str, ref: str, now: float) -> _Flow[bool]:
         namespace = self.namespace_of(thread)
         item = yield from _get(namespace, ref)
@@ -593,9 +643,11 @@ class LangGraphArtifactStore(BaseArtifactStore):
 
     def _flow_delete_all(self, thread: str) -> _Flow[int]:
         namespace = self.namespace_of(thread)
-        entries = yield from self._flow_items(namespace, thread)
-        if entries:
-            yield _Delete(namespace, tuple(key for key, _record in entries))
+        tombstones: builtins.list[tuple[str, float]] = []
+        entries = yield from self._flow_items(namespace, thread, tombstones)
+        if entries or tombstones:
+            keys = [key for key, _record in entries] + [key for key, _at in tombstones]
+            yield _Delete(namespace, tuple(keys))
         shared = self._shared
         with shared.lock:
             if shared.total_bytes is not None:
@@ -604,9 +656,13 @@ class LangGraphArtifactStore(BaseArtifactStore):
         return len(entries)
 
     def _flow_items(
-        self, namespace: tuple[str, ...], thread: str
+        self,
+        namespace: tuple[str, ...],
+        thread: str,
+        tombstones: builtins.list[tuple[str, float]] | None = None,
     ) -> _Flow[builtins.list[tuple[str, _Record | None]]]:
-        """Every ref-keyed item of one namespace, parsed, read page by page."""
+        """Every ref-keyed item of one namespace, parsed, read page by page (and, into
+        `tombstones` when given, the key and time of every tombstone)."""
         seen: set[str] = set()
         entries: builtins.list[tuple[str, _Record | None]] = []
         offset = 0
@@ -615,7 +671,17 @@ class LangGraphArtifactStore(BaseArtifactStore):
             fresh = 0
             for item in page:
                 # A search covers deeper namespaces too: only this thread's own items count.
-                if tuple(item.namespace) != namespace or not is_ref(item.key):
+                if tuple(item.namespace) != namespace:
+                    continue
+                if not is_ref(item.key):
+                    if tombstones is not None and item.key.startswith(_TOMBSTONE_PREFIX):
+                        at = item.value.get("at") if isinstance(item.value, Mapping) else None
+                        if item.key not in seen:
+                            seen.add(item.key)
+                            fresh += 1
+                            tombstones.append(
+                                (item.key, float(at) if isinstance(at, int | float) else 0.0)
+                            )
                     continue
                 if item.key in seen:
                     continue
@@ -665,7 +731,9 @@ class LangGraphArtifactStore(BaseArtifactStore):
                 self._set_thread_bytes(thread, used)
                 victims = _lru_victims(records, used - cap, {(thread, keep)})
                 if victims:
-                    yield _Delete(namespace, tuple(v.info.ref for v in victims))
+                    gone = [v.info.ref for v in victims]
+                    yield from _tombstones(namespace, gone, REMOVED_BY_SIZE, now)
+                    yield _Delete(namespace, tuple(gone))
                     self._add_bytes(thread, -sum(v.info.size for v in victims))
                     removed += len(victims)
         total_cap = self.limits.max_total_bytes
@@ -685,9 +753,14 @@ class LangGraphArtifactStore(BaseArtifactStore):
         by_thread: dict[str, builtins.list[_Record]] = {}
         seconds = self.limits.retention_seconds if retention else None
         # All namespaces are listed before anything is deleted: deleting shifts the pages.
+        forget = now - max(seconds or 0.0, TOMBSTONE_SECONDS)
         for namespace, thread in (yield from self._flow_namespaces()):
-            entries = yield from self._flow_items(namespace, thread)
+            tombstones: builtins.list[tuple[str, float]] = []
+            entries = yield from self._flow_items(namespace, thread, tombstones)
             records = [record for _key, record in entries if record is not None]
+            stale = tuple(key for key, at in tombstones if at < forget)
+            if stale and retention:
+                yield _Delete(namespace, stale)
             if seconds is not None:
                 cutoff = now - seconds
                 expired = [
@@ -696,9 +769,10 @@ class LangGraphArtifactStore(BaseArtifactStore):
                     if r.info.last_access < cutoff and (thread, r.info.ref) not in protected
                 ]
                 if expired:
+                    gone = {r.info.ref for r in expired}
+                    yield from _tombstones(namespace, sorted(gone), REMOVED_BY_RETENTION, now)
                     yield _Delete(namespace, tuple(r.info.ref for r in expired))
                     removed += len(expired)
-                    gone = {r.info.ref for r in expired}
                     records = [r for r in records if r.info.ref not in gone]
             by_thread[thread] = records
         cap = self.limits.max_bytes_per_thread
@@ -707,10 +781,12 @@ class LangGraphArtifactStore(BaseArtifactStore):
                 used = sum(r.info.size for r in records)
                 victims = _lru_victims(records, used - cap, protected)
                 if victims:
-                    yield _Delete(self.namespace_of(thread), tuple(v.info.ref for v in victims))
+                    doomed_refs = [v.info.ref for v in victims]
+                    namespace = self.namespace_of(thread)
+                    yield from _tombstones(namespace, doomed_refs, REMOVED_BY_SIZE, now)
+                    yield _Delete(namespace, tuple(doomed_refs))
                     removed += len(victims)
-                    gone = {v.info.ref for v in victims}
-                    by_thread[thread] = [r for r in records if r.info.ref not in gone]
+                    by_thread[thread] = [r for r in records if r.info.ref not in doomed_refs]
         total_cap = self.limits.max_total_bytes
         if total_cap is not None:
             everything = [r for records in by_thread.values() for r in records]
@@ -720,7 +796,9 @@ class LangGraphArtifactStore(BaseArtifactStore):
             for victim in victims:
                 doomed.setdefault(victim.info.thread, set()).add(victim.info.ref)
             for thread, refs in doomed.items():
-                yield _Delete(self.namespace_of(thread), tuple(sorted(refs)))
+                ordered = sorted(refs)
+                yield from _tombstones(self.namespace_of(thread), ordered, REMOVED_BY_SIZE, now)
+                yield _Delete(self.namespace_of(thread), tuple(ordered))
                 by_thread[thread] = [r for r in by_thread[thread] if r.info.ref not in refs]
             removed += len(victims)
         sizes = {t: sum(r.info.size for r in records) for t, records in by_thread.items()}
