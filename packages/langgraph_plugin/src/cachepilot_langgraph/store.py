@@ -10,11 +10,16 @@ Layout (one item per artifact):
   give ``*``, ``%`` or ``:`` a meaning (``"run.7"`` becomes ``"run%2E7"``);
 - key: the ref (12 hex characters, content-addressed: the same content gives the same ref in
   every store of this package);
-- value: a JSON object ``{"format", "ref", "sha256", "size", "is_text", "media_type",
-  "meta_json", "created_at", "last_access", "access_count", "seq", "data_b64"}``. The payload is
-  base64 (exact bytes: lone surrogates, NUL and binary survive every backend) and the metadata is
-  ASCII-escaped JSON text, because PostgreSQL ``jsonb`` and ``orjson`` refuse NUL characters or
-  lone surrogates in strings.
+- value: the metadata, a JSON object ``{"format": "cachepilot.artifact/2", "ref", "sha256",
+  "size", "is_text", "media_type", "meta_json", "created_at", "last_access", "access_count",
+  "seq"}`` (the metadata is ASCII-escaped JSON text, because PostgreSQL ``jsonb`` and
+  ``orjson`` refuse NUL characters or lone surrogates in strings);
+- the payload in its own item, in a parallel tree ``(<first label>-payloads, *rest, <thread
+  label>)``, key the ref, value ``{"format": "cachepilot.payload/1", "data_b64"}`` (base64:
+  exact bytes, lone surrogates, NUL and binary survive every backend). Listing, caps, retention
+  and access counts read and write the small metadata items only; a recall reads both. Items of
+  the first layout (``cachepilot.artifact/1``, payload inline) are still read, counted and
+  removed.
 
 An artifact removed by the retention or a size cap leaves a small tombstone item (key
 ``removed-<ref>``, value ``{"format": "cachepilot.removed/1", "reason", "at"}``) so a recall
@@ -37,12 +42,14 @@ recovers by itself::
 
 Limits and costs, all documented on `LangGraphArtifactStore`:
 
-- one artifact is one store value; base64 adds a third, so backend value limits apply
+- one payload is one store value; base64 adds a third, so backend value limits apply
   (PostgreSQL ``jsonb`` about 255 MiB, Redis 512 MiB); `max_payload_bytes` (default 128 MiB)
   refuses bigger payloads up front with a `ValueError`;
 - `BaseStore` has no partial update: counting a recall or re-archiving known content rewrites the
-  item (payload included), and the count is last-writer-wins between machines;
-- listing, size caps and `prune` read the values they inspect (payloads included), page by page.
+  metadata item, and the count is last-writer-wins between machines;
+- listing, size caps and `prune` read the metadata items they inspect, page by page;
+- the payload is written before its metadata: a crash in between leaves an unreferenced
+  payload item (never read; `delete_thread` does not see it).
 """
 
 from __future__ import annotations
@@ -89,6 +96,8 @@ from cachepilot.refs import content_digest, is_ref
 __all__ = [
     "DEFAULT_ARTIFACT_NAMESPACE",
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "INLINE_FORMAT",
+    "PAYLOAD_FORMAT",
     "VALUE_FORMAT",
     "LangGraphArtifactStore",
     "thread_label",
@@ -103,8 +112,12 @@ DEFAULT_ARTIFACT_NAMESPACE: tuple[str, ...] = ("cachepilot", "artifacts")
 DEFAULT_MAX_PAYLOAD_BYTES: int = 128 * 1024 * 1024
 """Largest payload one item holds (128 MiB: about 171 MiB of base64, under PostgreSQL's
 ``jsonb`` limit)."""
-VALUE_FORMAT = "cachepilot.artifact/1"
-"""The ``format`` field of every artifact value; items without it are not artifacts."""
+VALUE_FORMAT = "cachepilot.artifact/2"
+"""The ``format`` field of every artifact's metadata item (its payload is a separate item)."""
+INLINE_FORMAT = "cachepilot.artifact/1"
+"""The first layout: metadata and payload (``data_b64``) in one item; still read."""
+PAYLOAD_FORMAT = "cachepilot.payload/1"
+"""The ``format`` field of a payload item."""
 
 TOMBSTONE_FORMAT = "cachepilot.removed/1"
 """The ``format`` field of the item that says why an artifact is gone."""
@@ -217,13 +230,13 @@ class _Record:
 
 def _parse(value: object, thread: str, ref: str) -> _Record | None:
     """The record of an artifact value, or None when it is not one of ours."""
-    if not isinstance(value, Mapping) or value.get("format") != VALUE_FORMAT:
+    if not isinstance(value, Mapping) or value.get("format") not in (VALUE_FORMAT, INLINE_FORMAT):
         return None
     try:
         flags = (value["is_text"], value["media_type"], value["meta_json"], value["sha256"])
         if not isinstance(flags[0], bool) or not all(isinstance(f, str) for f in flags[1:]):
             return None
-        if not isinstance(value["data_b64"], str):
+        if value["format"] == INLINE_FORMAT and not isinstance(value["data_b64"], str):
             return None
         info = ArtifactInfo(
             ref=ref,
@@ -360,6 +373,16 @@ class LangGraphArtifactStore(BaseArtifactStore):
             ValueError: for an empty or non-UTF-8-encodable thread id.
         """
         return (*self.namespace, thread_label(thread))
+
+    def payload_namespace_of(self, thread: str) -> tuple[str, ...]:
+        """The `BaseStore` namespace holding a thread's payloads (outside the metadata tree,
+        so listings never read them).
+
+        Raises:
+            ValueError: for an empty or non-UTF-8-encodable thread id.
+        """
+        first, *rest = self.namespace
+        return (f"{first}-payloads", *rest, thread_label(thread))
 
     def close(self) -> None:
         """Nothing to release: the `BaseStore` belongs to the graph and stays open."""
@@ -572,8 +595,10 @@ class LangGraphArtifactStore(BaseArtifactStore):
             "last_access": now,
             "access_count": 0,
             "seq": self._next_seq(),
-            "data_b64": base64.b64encode(enc.data).decode("ascii"),
         }
+        payload = {"format": PAYLOAD_FORMAT, "data_b64": base64.b64encode(enc.data).decode("ascii")}
+        # The payload first: metadata never names a payload that is not there.
+        yield _Put(self.payload_namespace_of(thread), enc.ref, payload)
         yield _Put(namespace, enc.ref, value)
         self._add_bytes(thread, size)
         evicted += yield from self._flow_enforce_caps(thread, enc.ref, now)
@@ -587,8 +612,13 @@ class LangGraphArtifactStore(BaseArtifactStore):
         if record is None:
             logger.warning("item at artifact ref %s is not a cachepilot artifact", ref)
             return None
+        encoded = item.value.get("data_b64")
+        if item.value.get("format") == VALUE_FORMAT:
+            payload = yield from _get(self.payload_namespace_of(thread), ref)
+            value = None if payload is None else payload.value
+            encoded = value.get("data_b64") if isinstance(value, Mapping) else None
         try:
-            data = base64.b64decode(item.value["data_b64"], validate=True)
+            data = base64.b64decode(encoded, validate=True) if isinstance(encoded, str) else None
         except (binascii.Error, ValueError):
             data = None
         if (
@@ -635,19 +665,25 @@ class LangGraphArtifactStore(BaseArtifactStore):
         item = yield from _get(namespace, ref)
         if item is None:
             return False
-        yield _Delete(namespace, (ref,))
+        yield from self._flow_drop(thread, (ref,))
         record = _parse(item.value, thread, ref)
         if record is not None:
             self._add_bytes(thread, -record.info.size)
         return True
 
+    def _flow_drop(self, thread: str, refs: tuple[str, ...]) -> _Flow[None]:
+        """Delete artifacts: their metadata items, then their payload items."""
+        yield _Delete(self.namespace_of(thread), refs)
+        yield _Delete(self.payload_namespace_of(thread), refs)
+
     def _flow_delete_all(self, thread: str) -> _Flow[int]:
         namespace = self.namespace_of(thread)
         tombstones: builtins.list[tuple[str, float]] = []
         entries = yield from self._flow_items(namespace, thread, tombstones)
-        if entries or tombstones:
-            keys = [key for key, _record in entries] + [key for key, _at in tombstones]
-            yield _Delete(namespace, tuple(keys))
+        if entries:
+            yield from self._flow_drop(thread, tuple(key for key, _record in entries))
+        if tombstones:
+            yield _Delete(namespace, tuple(key for key, _at in tombstones))
         shared = self._shared
         with shared.lock:
             if shared.total_bytes is not None:
@@ -733,7 +769,7 @@ class LangGraphArtifactStore(BaseArtifactStore):
                 if victims:
                     gone = [v.info.ref for v in victims]
                     yield from _tombstones(namespace, gone, REMOVED_BY_SIZE, now)
-                    yield _Delete(namespace, tuple(gone))
+                    yield from self._flow_drop(thread, tuple(gone))
                     self._add_bytes(thread, -sum(v.info.size for v in victims))
                     removed += len(victims)
         total_cap = self.limits.max_total_bytes
@@ -771,7 +807,7 @@ class LangGraphArtifactStore(BaseArtifactStore):
                 if expired:
                     gone = {r.info.ref for r in expired}
                     yield from _tombstones(namespace, sorted(gone), REMOVED_BY_RETENTION, now)
-                    yield _Delete(namespace, tuple(r.info.ref for r in expired))
+                    yield from self._flow_drop(thread, tuple(r.info.ref for r in expired))
                     removed += len(expired)
                     records = [r for r in records if r.info.ref not in gone]
             by_thread[thread] = records
@@ -784,7 +820,7 @@ class LangGraphArtifactStore(BaseArtifactStore):
                     doomed_refs = [v.info.ref for v in victims]
                     namespace = self.namespace_of(thread)
                     yield from _tombstones(namespace, doomed_refs, REMOVED_BY_SIZE, now)
-                    yield _Delete(namespace, tuple(doomed_refs))
+                    yield from self._flow_drop(thread, tuple(doomed_refs))
                     removed += len(victims)
                     by_thread[thread] = [r for r in records if r.info.ref not in doomed_refs]
         total_cap = self.limits.max_total_bytes
@@ -798,7 +834,7 @@ class LangGraphArtifactStore(BaseArtifactStore):
             for thread, refs in doomed.items():
                 ordered = sorted(refs)
                 yield from _tombstones(self.namespace_of(thread), ordered, REMOVED_BY_SIZE, now)
-                yield _Delete(self.namespace_of(thread), tuple(ordered))
+                yield from self._flow_drop(thread, tuple(ordered))
                 by_thread[thread] = [r for r in by_thread[thread] if r.info.ref not in refs]
             removed += len(victims)
         sizes = {t: sum(r.info.size for r in records) for t, records in by_thread.items()}
