@@ -342,8 +342,11 @@ def test_cost_model_folds_a_long_history_only_when_it_pays() -> None:
     for i, snap in enumerate(_build([(1, [6_000, 0, 0], False) for _ in range(80)])):
         long_pilot.prepare("sys", snap, (), "t", now=i * 10.0)
     decisions = [d for d in long_pilot.state("t").decisions if d.reason == "cost-model-fold"]
+    epochs = [ep for ep in long_pilot.state("t").plan.epochs if ep.reason == "cost-model-fold"]
+    assert decisions and len(epochs) == len(decisions)
+    # Each differential fold supersedes the one before: only the latest is kept in the plan.
     folds = [e for ep in long_pilot.state("t").plan.epochs for e in ep.edits if e.kind == "fold"]
-    assert decisions and len(folds) == len(decisions)
+    assert len(folds) == 1 and folds[0] in epochs[-1].edits
     # A short session never earns back the re-miss a fold causes.
     short_pilot = CachePilot(Config(maintenance=only_fold), store=InMemoryArtifactStore())
     for i, snap in enumerate(_build([(1, [6_000, 0, 0], False) for _ in range(6)])):

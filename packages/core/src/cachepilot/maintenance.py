@@ -15,6 +15,7 @@ that says why, what it saves and what it re-misses.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -37,6 +38,7 @@ __all__ = [
     "decide",
     "fold_estimate",
     "fold_pays",
+    "is_stub",
     "prune_candidates",
     "rates",
     "stub_text",
@@ -44,6 +46,11 @@ __all__ = [
 ]
 
 _STUB_MAX_LABEL = 60
+_STUB = re.compile(
+    r"\[[^\n]{1,60} output (?:pruned|evicted)(?: \([^\n]{0,80}\))?: [\d,]{1,15} tokens; "
+    r'full text: recall\(ref="[0-9a-f]{12}"\)\]'
+)
+_STUB_MAX_CHARS = 300
 
 
 class MaintenanceConfig(BaseModel):
@@ -172,6 +179,12 @@ def stub_text(
     return f'[{label} output {verb}{why}: {tokens:,} tokens; full text: recall(ref="{ref}")]'
 
 
+def is_stub(text: str) -> bool:
+    """True when `text` is exactly a `stub_text` (a result that a framework already holds as
+    its stub: stubbing it again could only lose the ref it names)."""
+    return len(text) <= _STUB_MAX_CHARS and _STUB.fullmatch(text) is not None
+
+
 def prune_candidates(
     messages: Sequence[Message],
     keys: Sequence[str],
@@ -216,7 +229,7 @@ def prune_candidates(
         if i in protected or key in already:
             continue
         tokens = size(i)
-        if tokens < config.min_result_tokens:
+        if tokens < config.min_result_tokens or is_stub(messages[i].text):
             continue
         if config.evict and key in evictable:
             out.append(Candidate(i, key, "evict", tokens, evictable[key]))

@@ -60,8 +60,10 @@ from cachepilot.reduce import (
     source_key,
 )
 from cachepilot.reduce.memory import canonical_args
+from cachepilot.reduce.passes.size import unarchived_preview
 from cachepilot.reduce.stubs import invalid_utf8_note, recall_call
 from cachepilot.refs import make_ref
+from cachepilot.settle import settle
 from cachepilot.sim import get_profile
 from cachepilot.tokens import DEFAULT_ENCODING, TokenCounter, get_counter
 from cachepilot.usage import Usage
@@ -144,6 +146,9 @@ class PilotState(BaseModel):
     views: dict[str, str] = Field(default_factory=dict)
     """Tool results already ingested: view key -> ref of the archived reduced view (`""` when
     the model reads the result unchanged). See `cachepilot.views`."""
+    archive_failures: int = 0
+    """Tool results whose original could not be archived (the store failed): they reached the
+    model whole when under the size limit, else as a head/tail preview with the middle lost."""
     revision: int = 0
     """Bumped by every change (ingest, prepare, recall, usage): of two copies of a thread's
     state, the one with the higher revision is the newer (plugins merge parallel updates by
@@ -309,6 +314,7 @@ class CachePilot:
         self._estimator: Estimator = estimator or RuleEstimator()
         self._summarizer = summarizer
         self._compressor = compressor
+        self._archive_down = False  # the last archive attempt failed (logged once per outage)
         # The recall tool's schema with sorted keys, one object per pilot (sent every call).
         self._recall_tool: dict[str, Any] = canonicalize_tool(RECALL_TOOL_SCHEMA)
         self._result_views = ResultViews(skip=(RECALL_TOOL_NAME,))
@@ -445,11 +451,14 @@ class CachePilot:
             except Exception:
                 logger.warning("observation compressor unavailable; rule passes apply")
         try:
+            # The passes run outside the pilot's lock (only the thread's memory is read and
+            # updated under it): a huge output never holds up other threads' calls.
+            reduction = self._pipeline.run(
+                tool_name, parsed_args, call_id, result, state.ingest,
+                compressed=compressed.text if compressed is not None else None,
+                memory_lock=self._lock,
+            )  # fmt: skip
             with self._lock:
-                reduction = self._pipeline.run(
-                    tool_name, parsed_args, call_id, result, state.ingest,
-                    compressed=compressed.text if compressed is not None else None,
-                )  # fmt: skip
                 state.revision += 1
         except Exception:
             logger.warning(
@@ -508,7 +517,7 @@ class CachePilot:
         extra_meta: Mapping[str, Any] | None = None,
     ) -> IngestReport:
         """Archive `result.original`; the report of `text` naming its ref (or, when the store
-        fails, of the output passed through whole)."""
+        fails, of the output as `_unarchived` bounds it)."""
         original_chars = len(result.text)
         steps = tuple(name for name, _ in saved)
         meta = {
@@ -525,15 +534,41 @@ class CachePilot:
         try:
             ref = self.store.put(thread, result.original, meta=meta, media_type=result.media_type)
         except Exception:
-            # Nothing may be lost: if the original cannot be archived, the model gets it whole.
-            logger.error(
-                "could not archive the original of tool %r call %s; passing it through unreduced",
-                tool_name,
-                call_id,
-                exc_info=True,
-            )
-            return IngestReport(result.text, None, original_chars)
+            return self._unarchived(thread, result, tool_name, args, call_id)
+        if self._archive_down:
+            self._archive_down = False
+            logger.warning("the artifact archive accepts originals again")
         return IngestReport(text, ref, original_chars, steps, saved)
+
+    def _unarchived(
+        self,
+        thread: str,
+        result: ToolResult,
+        tool_name: str,
+        args: dict[str, Any],
+        call_id: str,
+    ) -> IngestReport:
+        """The store failed: the output whole when under the tool's size limit (nothing is
+        lost), else a head/tail preview that says the middle was not kept. Counted in the
+        thread's `archive_failures`; logged with a traceback once per outage."""
+        with self._lock:
+            state = self.state(thread)
+            state.archive_failures += 1
+            state.revision += 1
+        first, self._archive_down = not self._archive_down, True
+        logger.log(
+            logging.ERROR if first else logging.WARNING,
+            "could not archive the original of tool %r call %s; outputs over the size limit "
+            "are cut to a preview until the archive is back",
+            tool_name,
+            call_id,
+            exc_info=first,
+        )
+        profile = self.config.reduction.profile_for(tool_name, args)
+        text = result.text
+        if len(text) > min(profile.limit, self.config.reduction.hard_cap):
+            text = unarchived_preview(text, profile.head_chars, profile.tail_chars)
+        return IngestReport(text, None, len(result.text))
 
     async def aingest(
         self,
@@ -893,6 +928,7 @@ class CachePilot:
                 state.plan.epochs.append(
                     Epoch(index=len(state.plan.epochs), reason=decision.reason, edits=edits)
                 )
+                settle(state.plan, state.lifecycle, canon_messages, keys)  # state stays small
             if decision.apply or decision.candidates:
                 state.decisions.append(decision)
                 del state.decisions[:-_MAX_DECISIONS]
@@ -1245,12 +1281,10 @@ class CachePilot:
 def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:
     """Calls the current task is expected to run from now: as long as the finished tasks ran
     on average, and at least `horizon` × the calls it has run so far."""
-    lengths = [
-        t.ended_at_call - t.created_at_call for t in registry.tasks() if t.ended_at_call is not None
-    ]
+    total, finished = registry.finished_task_calls()
     current = registry.segments.get(registry.current_task or "")
     elapsed = registry.calls - current.created_at_call if current is not None else 0
-    mean = sum(lengths) / len(lengths) if lengths else 0.0
+    mean = total / finished if finished else 0.0
     return max(round(mean - elapsed), round(elapsed * horizon))
 
 

@@ -80,15 +80,64 @@ class SQLAlchemyStateStore:
         return None if row is None else str(row[0])
 
     async def save(self, thread: str, state: str) -> None:
-        """Replace the saved state (delete + insert in one transaction: portable upsert)."""
-        from sqlalchemy import delete, insert
-
+        """Replace the saved state in one statement: an upsert in the engine's own dialect
+        (PostgreSQL and SQLite `ON CONFLICT`, MySQL `ON DUPLICATE KEY`), so concurrent saves of
+        one thread never collide; other dialects update, then insert if nothing was there."""
         await self._ensure()
+        values = {"thread": thread, "state": state, "updated_at": time.time()}
+        statement = self._upsert(values)
         async with self._engine.begin() as conn:
-            await conn.execute(delete(self._table).where(self._table.c.thread == thread))
-            await conn.execute(
-                insert(self._table).values(thread=thread, state=state, updated_at=time.time())
+            if statement is not None:
+                await conn.execute(statement)
+                return
+        await self._update_or_insert(values)
+
+    def _upsert(self, values: dict[str, Any]) -> Any:
+        """The dialect's upsert statement, or None when it has none SQLAlchemy knows."""
+        from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+        table = self._table
+        name = self._engine.dialect.name
+        if name in ("postgresql", "sqlite"):
+            dialect: Any = postgresql if name == "postgresql" else sqlite
+            statement = dialect.insert(table).values(**values)
+            return statement.on_conflict_do_update(
+                index_elements=[table.c.thread],
+                set_={
+                    "state": statement.excluded.state,
+                    "updated_at": statement.excluded.updated_at,
+                },
             )
+        if name in ("mysql", "mariadb"):
+            upsert = mysql.insert(table).values(**values)
+            return upsert.on_duplicate_key_update(
+                state=upsert.inserted.state, updated_at=upsert.inserted.updated_at
+            )
+        return None
+
+    async def _update_or_insert(self, values: dict[str, Any]) -> None:
+        """Portable replace: update; insert when no row was there; a concurrent insert that
+        won the race turns into an update."""
+        from sqlalchemy import insert, update
+        from sqlalchemy.exc import IntegrityError
+
+        table = self._table
+        change = (
+            update(table)
+            .where(table.c.thread == values["thread"])
+            .values(state=values["state"], updated_at=values["updated_at"])
+        )
+        for _ in range(3):
+            async with self._engine.begin() as conn:
+                if (await conn.execute(change)).rowcount:
+                    return
+            try:
+                async with self._engine.begin() as conn:
+                    await conn.execute(insert(table).values(**values))
+                return
+            except IntegrityError:
+                continue  # another writer inserted it first: update that row
+        raise RuntimeError(f"could not save the state of thread {values['thread']!r}")
 
     async def delete(self, thread: str) -> None:
         """Forget `thread`."""

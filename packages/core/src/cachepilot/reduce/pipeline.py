@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -119,6 +120,7 @@ class Pipeline:
         memory: IngestMemory | None = None,
         *,
         compressed: str | None = None,
+        memory_lock: contextlib.AbstractContextManager[Any] | None = None,
     ) -> Reduction:
         """Reduce one tool result and record it in `memory`. Total: never raises.
 
@@ -132,6 +134,9 @@ class Pipeline:
                 replaces the text before the size gate (step `llm_compress`, with a recall
                 note) unless a pointer stub fired, the recall gate is open, or the rules
                 already made the text shorter.
+            memory_lock: held while `memory` is read and while it is updated, not while the
+                passes run (they work on this call's text only), so a long output never keeps
+                other callers of the lock waiting.
         """
         try:
             normalized = result if isinstance(result, ToolResult) else normalize_output(result)
@@ -141,6 +146,7 @@ class Pipeline:
             return self._run(
                 str(tool_name), args, "" if call_id is None else str(call_id), normalized,
                 memory if memory is not None else IngestMemory(), compressed=compressed,
+                memory_lock=memory_lock if memory_lock is not None else contextlib.nullcontext(),
             )  # fmt: skip
         except Exception as exc:
             self._warn("pipeline", exc)
@@ -154,7 +160,8 @@ class Pipeline:
         result: ToolResult,
         memory: IngestMemory,
         *,
-        compressed: str | None = None,
+        compressed: str | None,
+        memory_lock: contextlib.AbstractContextManager[Any],
     ) -> Reduction:
         config = self.config
         args = coerce_args(raw_args)
@@ -163,11 +170,13 @@ class Pipeline:
         signature = call_signature(tool_name, args)
         profile = config.profile_for(tool_name, args)
         read_key = f"{source}#{signature}" if profile.tool_kind == "file_read" else None
-        previous = memory.reads.get(read_key) if read_key is not None else None
-        if previous is not None and previous.call_id == call_id:
-            previous = None  # the same call ingested twice
-        first_seen = memory.seen.get(ref)
-        run, same_output, last_call = memory.loop_state(signature, ref, call_id)
+        with memory_lock:
+            previous = memory.reads.get(read_key) if read_key is not None else None
+            if previous is not None and previous.call_id == call_id:
+                previous = None  # the same call ingested twice
+            first_seen = memory.seen.get(ref)
+            run, same_output, last_call = memory.loop_state(signature, ref, call_id)
+            gate_open = memory.gate_open(source, ref, config.gate_threshold)
         ctx = PassContext(
             tool_name=tool_name,
             args=args,
@@ -185,7 +194,7 @@ class Pipeline:
             loop_run=run,
             loop_same_output=same_output,
             loop_last_call=last_call,
-            gate_open=memory.gate_open(source, ref, config.gate_threshold),
+            gate_open=gate_open,
         )
         steps: list[StepReport] = []
         text = self._apply_passes(result.text, ctx, steps, compressed)
@@ -194,14 +203,15 @@ class Pipeline:
         text = _redacted(text, result.text, steps)
         lossy = result.kind != "empty" and (text != result.text or not result.exact)
         try:
-            memory.remember(
-                ref=ref,
-                call_id=call_id,
-                source=source,
-                signature=signature,
-                read_key=read_key,
-                max_entries=config.memory_max_entries,
-            )
+            with memory_lock:
+                memory.remember(
+                    ref=ref,
+                    call_id=call_id,
+                    source=source,
+                    signature=signature,
+                    read_key=read_key,
+                    max_entries=config.memory_max_entries,
+                )
         except Exception as exc:  # a corrupted memory must not cost the turn
             self._warn("memory", exc)
         reason = ", ".join(s.pass_name for s in steps) or (None if not lossy else result.kind)
