@@ -30,6 +30,8 @@ def test_checkpointed_pilot_state_stays_small() -> None:
     state = pilot.state("t")
     assert state.lifecycle.settled_units > 50  # stubbed work left the registry
     total, last = _pilot_bytes(saver)
-    # Before settling: about 130 KB in the last copy and 19 MiB in all (40 KB and 7.4 MiB now).
-    assert last < 60_000, last
+    # Before settling: about 130 KB in the last copy and 19 MiB in all (about 61 KB and 7.5 MiB
+    # now: graph state keeps the tools' own outputs, so the plan holds its stubs, and the
+    # views map adds about 38 bytes per tool result).
+    assert last < 70_000, last
     assert total < 9 * 2**20, total
