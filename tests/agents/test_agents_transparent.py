@@ -169,9 +169,7 @@ def test_hooks_see_what_the_tools_returned(make_pilot: Any, streamed: bool) -> N
         )
         run_hooks, agent_hooks = ToolEnds(), AgentToolEnds()
         seen["cp" if cp else "plain"] = (run_hooks, agent_hooks)
-        agent = Agent(
-            name="a", tools=[fetch, as_dict, as_model], model=model, hooks=agent_hooks
-        )
+        agent = Agent(name="a", tools=[fetch, as_dict, as_model], model=model, hooks=agent_hooks)
         return await run(agent, "go", cp=cp, streamed=streamed, hooks=run_hooks)
 
     plain, piloted, _ = both(scenario, make_pilot)
@@ -196,9 +194,7 @@ def test_a_rejected_tool_output_never_reaches_the_model_or_the_archive(
 
     async def scenario(cp: CachePilotAgents | None) -> Any:
         respond = ModelStep.respond(recall_then_answer("done"))
-        model = ScriptedModel(
-            [[function_call("read_secrets", {}, call_id="c1")], *[respond] * 6]
-        )
+        model = ScriptedModel([[function_call("read_secrets", {}, call_id="c1")], *[respond] * 6])
         models["cp" if cp else "plain"] = model
         agent = Agent(name="a", tools=[read_secrets], model=model)
         return await run(agent, "go", cp=cp, streamed=streamed)
@@ -230,7 +226,7 @@ def test_a_raising_tool_output_guardrail_still_raises(make_pilot: Any, streamed:
     assert isinstance(piloted, ToolOutputGuardrailTripwireTriggered)
 
 
-# --- 4 and 5. handoffs, run-time tools, identity ---------------------------------------------------
+# --- 4 and 5. handoffs, run-time tools, identity --------------------------------------------------
 
 
 def fixer_steps(call: Any) -> Any:
@@ -311,7 +307,7 @@ def test_tools_rebuilt_in_on_agent_start_keep_working(make_pilot: Any, streamed:
     assert plain.item_dumps == piloted.item_dumps
 
 
-# --- 6. resources the run creates ------------------------------------------------------------------
+# --- 6. resources the run creates -----------------------------------------------------------------
 
 
 @STREAMED
@@ -350,7 +346,7 @@ def test_the_provider_a_run_creates_is_closed_once_per_run(
     assert counts(cp) == (2, 2)  # one provider per run, closed when the run ends
 
 
-# --- 7. sessions ------------------------------------------------------------------------------------
+# --- 7. sessions ----------------------------------------------------------------------------------
 
 
 class _Item:
@@ -442,7 +438,7 @@ def test_conversation_sessions_store_and_replay_the_same_items(
     assert cp.pilot.state("conv_1").calls == 3  # the conversation is the thread
 
 
-# --- 8. the user's own input filter -----------------------------------------------------------------
+# --- 8. the user's own input filter ---------------------------------------------------------------
 
 
 @STREAMED
@@ -472,7 +468,7 @@ def test_a_user_filter_returning_the_wrong_type_gets_the_sdks_error(
     assert str(plain) == str(piloted)
 
 
-# --- sessions of every kind pass items through unchanged -------------------------------------------
+# --- sessions of every kind pass items through unchanged ------------------------------------------
 
 
 @STREAMED

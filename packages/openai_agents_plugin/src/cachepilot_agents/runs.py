@@ -60,7 +60,9 @@ class RunScopes:
         self._prefix = prefix
         self._max_live = max_live
         self._lock = threading.Lock()
-        self._live: OrderedDict[int, tuple[weakref.ref[Any], str, weakref.finalize[Any, Any]]] = OrderedDict()
+        self._live: OrderedDict[int, tuple[weakref.ref[Any], str, weakref.finalize[Any, Any]]] = (
+            OrderedDict()
+        )
 
     def scope(self, run: object) -> str:
         """The scope of `run` (created on first use)."""
