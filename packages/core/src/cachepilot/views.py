@@ -187,6 +187,10 @@ class ResultViews:
         name = call.name if call is not None else (message.name or "")
         if name in self._skip:
             return message
+        if not isinstance(message.content, str) and not any(
+            isinstance(p, TextPart) for p in message.content
+        ):
+            return message  # images or files only: nothing to reduce, no text to add
         key = view_key(message)
         found, text = self.held(thread, key)
         if not found:
