@@ -394,26 +394,6 @@ class CachePilot:
         """A JSON-ready copy of a thread's state."""
         return self.state(thread).model_dump(mode="json")
 
-    def release(self, thread: str, *, archive: bool = False) -> None:
-        """Drop everything the pilot holds in memory for `thread` (state, view caches).
-
-        For scopes that end (a run with no thread of its own): a long-running process must
-        not keep them. With `archive=True` the thread's archived originals are deleted too
-        (nothing can ask for them any more). Persisted state elsewhere is not touched.
-        """
-        _check_thread(thread)
-        with self._lock:
-            self._states.pop(thread, None)
-            self._trackers.pop(thread, None)
-            self._views.pop(thread, None)
-            self._warned_pairing.discard(thread)
-        self._result_views.forget(thread)
-        if archive and self.has_store:
-            try:
-                self.store.delete_thread(thread)
-            except Exception:
-                logger.warning("thread %s: its archive could not be deleted", thread, exc_info=True)
-
     # --- ingestion ---------------------------------------------------------------------------
 
     def ingest(

@@ -415,7 +415,7 @@ class CachePilotAgents:
             await store.delete(thread)
         except Exception:
             logger.error("thread %s: could not delete the saved state", thread, exc_info=True)
-        self._pilot.release(thread)
+        self._pilot.drop_thread(thread, artifacts=False)
         self._saved.pop(thread, None)
         self._builders.pop(thread, None)
         self.exchanges.forget(thread)
@@ -461,7 +461,7 @@ class CachePilotAgents:
 
     def _release_scope(self, scope: str) -> None:
         """Everything a run's own scope held: memory, its archive, its exchanges."""
-        self._pilot.release(scope, archive=True)
+        self._pilot.drop_thread(scope)
         self._builders.pop(scope, None)
         self.exchanges.forget(scope)
         self.media.forget(scope)
