@@ -92,11 +92,11 @@ class MaintenanceConfig(BaseModel):
     """A cost-model fold must remove at least this many tokens."""
     fold_summary_tokens: int = 800
     """Target size of a fold summary (the cost model counts on it)."""
-    fold_finished_tasks: bool = False
+    fold_finished_tasks: bool = True
     """Fold the tasks the lifecycle marks evictable (a later user turn started the next task
     and none of their work is referenced any more) as soon as the cost model says it pays,
-    however small they are: the current task is the protected tail. Off by default until it
-    is checked with frameworks that persist folds into their own state."""
+    however small they are: the current task is the protected tail (on a cold cache whenever
+    the fold removes tokens: the rewrite is free then)."""
     context_window: int | None = None
     """Usable input window in tokens; None takes the provider profile's."""
     horizon: float = 0.5

@@ -848,7 +848,13 @@ class CachePilot:
             rendered = cache.render(canon_messages, state.plan, keys)
             view, view_keys = rendered.messages, rendered.keys
             sizes, view_tokens = cache.sizes(view, counter)
-            evictable = self._evictable(state, messages, keys, cache) if cfg.evict else {}
+            ttl = profile.ttl_seconds
+            cold = ttl is not None and idle is not None and idle > ttl
+            # A cold cache makes this rewrite free: evaluate the lifecycle now, so everything
+            # finished by now goes in this epoch rather than breaking a warm prefix later.
+            evictable = (
+                self._evictable(state, messages, keys, cache, force=cold) if cfg.evict else {}
+            )
             candidates = prune_candidates(
                 view,
                 view_keys,
@@ -883,7 +889,9 @@ class CachePilot:
             fold_reason = None
             keep_from: str | None = None
             task_fold = (
-                self._finished_task_fold(state, rendered, counter, profile.price, sizes)
+                self._finished_task_fold(
+                    state, rendered, counter, profile.price, sizes, cold=cold
+                )
                 if cfg.fold and cfg.fold_finished_tasks
                 else None
             )
@@ -1063,9 +1071,12 @@ class CachePilot:
         counter: TokenCounter,
         price: Price,
         sizes: Sequence[int],
+        *,
+        cold: bool = False,
     ) -> tuple[str, FoldEstimate, int] | None:
-        """A fold of the leading finished tasks, when the cost model says it pays: (key of
-        the first message kept, the estimate, messages folded), else None.
+        """A fold of the leading finished tasks, when the cost model says it pays (or, on a
+        cold cache, whenever it removes tokens: the rewrite is free then): (key of the first
+        message kept, the estimate, messages folded), else None.
 
         The run of tasks from the first one that the lifecycle marks evictable is folded; the
         first task not evictable (the current one at the latest) is kept whole. The current
@@ -1092,7 +1103,8 @@ class CachePilot:
             price=price,
             expected_calls=_expected_task_calls(registry, cfg.horizon),
         )
-        return (keep_from, estimate, cut - start) if estimate.pays else None
+        pays = estimate.pays or (cold and estimate.removed_tokens > 0)
+        return (keep_from, estimate, cut - start) if pays else None
 
     def _evictable(
         self,
@@ -1100,14 +1112,23 @@ class CachePilot:
         messages: Sequence[Message],
         keys: Sequence[str],
         cache: _ViewCache,
+        *,
+        force: bool = False,
     ) -> dict[str, str]:
         """Keys of tool results whose work unit the lifecycle marks evictable, with why.
 
         The lifecycle reads the transcript as ingested (not the view: stubs hide outputs) and
-        is evaluated every `maintenance.every` calls.
+        is evaluated every `maintenance.every` calls (and whenever `force`).
         """
         registry = state.lifecycle
-        registry.update(messages, keys, self._estimator, every=self.config.maintenance.every)
+        every = self.config.maintenance.every
+        applied = registry.update(messages, keys, self._estimator, every=every, force=force)
+        # States move one step per evaluation (active -> completed -> evictable); a forced
+        # evaluation settles them, so a free rewrite takes everything finished by now.
+        for _ in range(2):
+            if not (force and applied):
+                break
+            applied = registry.update(messages, keys, self._estimator, every=every, force=True)
         return cache.evictable(registry)
 
     def _stub_edits(
