@@ -12,13 +12,15 @@ so Headroom's provider detection (token counting, context limit) is the one the 
 `ChatOpenAI` / `ChatAnthropic` would get.
 
 What the default pipeline does (Headroom 0.42, as installed by `headroom-ai[langchain]`):
-the cache aligner is off; the content router compresses tool outputs by type (JSON arrays,
-logs, search results, configuration files, HTML, minified lines); a file read that a later
-edit made stale becomes `[Read content stale: <path> was modified after this read …
-Retrieve original: hash=…]`; user messages and errors are left alone. The LangChain wrapper
-passes no frozen-prefix count (the proxy derives one from `cache_control`), so any message
-of the history may be rewritten when a later event changes its verdict: such a call breaks
-the provider's prefix cache, and it is marked as maintenance here.
+the cache aligner is off; the content router compresses tool outputs by type (JSON arrays
+become tables, logs, search results, configuration files, HTML, minified lines) and folds
+repeated runs of lines (`... (repeats 7 lines from 12 lines back)`), in the assistant's own
+earlier messages too; a file read that a later edit made stale becomes `[Read content stale:
+<path> was modified after this read … Retrieve original: hash=…]`; the user's messages and
+error outputs are left alone. The LangChain wrapper passes no frozen-prefix count (the
+proxy derives one from `cache_control`), so any message of the history may be rewritten
+when a later event changes its verdict: such a call breaks the provider's prefix cache, and
+it is marked as maintenance here.
 
 Recall: where Headroom compresses with a retrieval marker it keeps the original in its CCR
 store, and its `headroom_retrieve` tool returns it by hash. The LangChain wrapper does not
