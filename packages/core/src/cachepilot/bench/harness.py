@@ -251,6 +251,7 @@ def run_session(
                 context_window=window,
                 counter=counter,
                 trace_peak_tokens=peak_tokens,
+                provider=config.provider,
             )
         )
     except Exception as exc:

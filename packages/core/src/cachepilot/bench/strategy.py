@@ -42,6 +42,8 @@ class SessionContext:
     """Shared token counter (use it; it is memoised)."""
     trace_peak_tokens: int = 0
     """Tokens of the largest full-history request (system, tools, messages; no hidden prefix)."""
+    provider: str = ""
+    """Provider profile the replay is priced with (`cachepilot.sim.PROFILES`; "" when unknown)."""
 
 
 @dataclass(frozen=True, slots=True)
