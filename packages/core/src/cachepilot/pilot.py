@@ -889,9 +889,7 @@ class CachePilot:
             fold_reason = None
             keep_from: str | None = None
             task_fold = (
-                self._finished_task_fold(
-                    state, rendered, counter, profile.price, sizes, cold=cold
-                )
+                self._finished_task_fold(state, rendered, counter, profile.price, sizes, cold=cold)
                 if cfg.fold and cfg.fold_finished_tasks
                 else None
             )
