@@ -10,7 +10,7 @@ import weakref
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, RunConfig
+from agents import Agent, RunConfig, Runner
 from agents.models.multi_provider import MultiProvider
 from agents.testing import ScriptedModel, assistant_message
 
