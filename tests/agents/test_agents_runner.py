@@ -460,25 +460,27 @@ def test_user_filter_hooks_and_settings_keep_working(make_pilot: Any) -> None:
 
 
 def test_prompt_cache_key_per_thread(make_pilot: Any) -> None:
-    cp = CachePilotAgents(make_pilot())
-    a = cp.run_config(thread="alice")
-    b = cp.run_config(RunConfig(group_id="bob"))
-    assert a.model_settings is not None and b.model_settings is not None
-    key_a = a.model_settings.extra_args["prompt_cache_key"]  # type: ignore[index]
-    key_b = b.model_settings.extra_args["prompt_cache_key"]  # type: ignore[index]
-    assert key_a == prompt_cache_key_for("alice") and key_b == prompt_cache_key_for("bob")
-    assert key_a != key_b and "alice" not in key_a
-    mine = cp.run_config(
-        RunConfig(group_id="g", model_settings=ModelSettings(extra_args={"prompt_cache_key": "k"}))
-    )
-    assert mine.model_settings.extra_args == {"prompt_cache_key": "k"}  # type: ignore[union-attr]
-    # Unknown thread at build time (a session decides): the SDK's own session key applies.
-    assert cp.run_config().model_settings is None
+    def keys(config: RunConfig) -> list[Any]:
+        model = ScriptedModel([[assistant_message("hi")]])
+        agent = cp.wrap(Agent(name="x", model=model))
+        asyncio.run(Runner.run(agent, "hello", run_config=config))
+        return [c.model_settings.extra_args for c in model.calls]
 
-    model = ScriptedModel([[assistant_message("hi")]])
-    agent = cp.wrap(Agent(name="x", model=model))
-    asyncio.run(Runner.run(agent, "hello", run_config=a))
-    assert model.calls[0].model_settings.extra_args == {"prompt_cache_key": key_a}
+    cp = CachePilotAgents(make_pilot())
+    key_a = prompt_cache_key_for("alice")
+    assert keys(cp.run_config(thread="alice")) == [{"prompt_cache_key": key_a}]
+    assert keys(cp.run_config(RunConfig(group_id="bob"))) == [
+        {"prompt_cache_key": prompt_cache_key_for("bob")}
+    ]
+    assert "alice" not in key_a
+    mine = RunConfig(
+        group_id="g", model_settings=ModelSettings(extra_args={"prompt_cache_key": "k"})
+    )
+    assert keys(cp.run_config(mine)) == [{"prompt_cache_key": "k"}]  # yours is kept
+    # A run with no thread of its own: a key of its own scope, never a shared one.
+    first, second = keys(cp.run_config()), keys(cp.run_config())
+    assert first != second and first[0]["prompt_cache_key"].startswith("cachepilot-")
+    assert cp.run_config().model_settings is None  # the run config itself is not changed
 
 
 def test_threads_follow_sessions_then_group_then_default(make_pilot: Any, tmp_path: Path) -> None:

@@ -492,3 +492,32 @@ def test_sqlite_session_items_are_the_plain_sdks(
     assert [dumps(i) for i in stored["plain"]] == [dumps(i) for i in stored["cp"]]
     outputs = [i["output"] for i in stored["cp"] if i.get("type") == "function_call_output"]
     assert outputs == [BIG]  # the tool's own output, not a reduced one
+
+
+@STREAMED
+def test_tool_output_trimmer_alongside(make_pilot: Any, streamed: bool, tmp_path: Any) -> None:
+    from agents.extensions.tool_output_trimmer import ToolOutputTrimmer
+
+    stored: dict[str, list[Any]] = {}
+
+    async def scenario(cp: CachePilotAgents | None) -> Any:
+        name = "cp" if cp else "plain"
+        session = SQLiteSession(name, tmp_path / f"trim-{name}.db")
+        outcomes = []
+        for turn in range(3):
+            model = ScriptedModel(
+                [[function_call("fetch", {}, call_id=f"f{turn}")], [assistant_message(f"t{turn}")]]
+            )
+            agent = Agent(name="a", tools=[fetch], model=model)
+            base = RunConfig(call_model_input_filter=ToolOutputTrimmer(recent_turns=1))
+            outcomes.append(
+                await run(
+                    agent, f"turn {turn}", cp=cp, streamed=streamed, session=session, base=base
+                )
+            )
+        stored[name] = await session.get_items()
+        return outcomes[-1]
+
+    plain, piloted, _ = both(scenario, make_pilot)
+    assert plain.final_output == piloted.final_output == "t2"
+    assert [dumps(i) for i in stored["plain"]] == [dumps(i) for i in stored["cp"]]

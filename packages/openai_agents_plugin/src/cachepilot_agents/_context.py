@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cachepilot_agents.exchanges import Anchor
@@ -78,7 +78,8 @@ class PreparedCall:
     """After an emergency fold: the call's new (instructions, input), or None."""
     strip_reasoning_ids: bool = False
     """The run omits reasoning item ids from model input (`reasoning_item_id_policy`)."""
-    extra: dict[str, Any] = field(default_factory=dict)
+    maintained: bool = False
+    """The thread has maintenance epochs (their stubs and folds may name refs)."""
 
 
 PREPARED: ContextVar[PreparedCall | None] = ContextVar("cachepilot_agents_prepared", default=None)

@@ -62,6 +62,12 @@ class PilotInputFilter:
         self._stamp = next_stamp()
         self._own_scope: str | None = None
 
+    def __copy__(self) -> PilotInputFilter:
+        return self  # bound to its plugin and run config: copies of a config share it
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PilotInputFilter:
+        return self
+
     def thread(self) -> tuple[str, bool]:
         """(thread of the current call, whether it is a session's thread)."""
         if self.pinned_thread is not None:

@@ -39,7 +39,7 @@ from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
 from agents.models.interface import Model, ModelProvider, ModelTracing
 from agents.models.multi_provider import MultiProvider
-from agents.tool import Tool
+from agents.tool import FunctionTool, Tool
 from agents.usage import Usage as SdkUsage
 from openai.types.responses import ResponseCompletedEvent, ResponseUsage
 from openai.types.responses.response_prompt_param import ResponsePromptParam
@@ -193,6 +193,19 @@ class PilotModel(Model):
             raise AttributeError(name)
         return getattr(self._inner, name)
 
+    # The SDK (and users) check model classes, e.g. `isinstance(m, OpenAIChatCompletionsModel)`:
+    # report the inner model's class, as the inner model would.
+    @property  # type: ignore[misc]
+    def __class__(self) -> type[Any]:
+        return type(self._inner)
+
+    def __copy__(self) -> PilotModel:
+        return PilotModel(self._owner, copy.copy(self._inner))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PilotModel:
+        # The plugin is a shared service (locks, stores): copies share it.
+        return PilotModel(self._owner, copy.deepcopy(self._inner, memo))
+
     def __repr__(self) -> str:
         return f"PilotModel({self._inner!r})"
 
@@ -203,11 +216,16 @@ class PilotModel(Model):
         await self._inner.close()
 
     async def _cleanup_on_run_end(self, owner: object) -> None:
-        """The SDK's end-of-run notice: the inner model's, then the plugin's run resources."""
+        """The SDK's end-of-run notice: the inner model's, and the plugin's run resources.
+
+        Both start at once: the plugin's (closing the run's provider, dropping its scope)
+        never waits on the inner model's, and finishes even when the run is cancelled.
+        """
+        ours = asyncio.ensure_future(self._owner.run_ended())
         try:
             await self._inner._cleanup_on_run_end(owner)
         finally:
-            await self._owner.run_ended()
+            await _settle(ours)
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
         """The inner model's advice."""
@@ -217,13 +235,24 @@ class PilotModel(Model):
         supports = getattr(self._inner, "_supports_default_prompt_cache_key", None)
         return bool(supports()) if callable(supports) else False
 
-    def _offered(self, call: PreparedCall | None, tools: list[Tool]) -> list[Tool] | None:
-        """The tools offered with recall, or None when this call is not the plugin's."""
+    def _offered(
+        self, call: PreparedCall | None, tools: list[Tool], items: object
+    ) -> list[Tool] | None:
+        """The tools offered with recall, or None (this call is not the plugin's, or nothing
+        could be recalled: no function tools, no tool results, no maintenance yet)."""
         if call is None or not call.recall:
             return None
         if any(getattr(t, "name", None) == RECALL_TOOL_NAME for t in tools):
             return None  # a tool of the user's has the name: never shadow it
-        return [*tools, self._owner.recall_tool]
+        useful = (
+            call.maintained
+            or any(isinstance(t, FunctionTool) for t in tools)
+            or (
+                isinstance(items, list)
+                and any(_item_type(i) == "function_call_output" for i in items)
+            )
+        )
+        return [*tools, self._owner.recall_tool] if useful else None
 
     async def get_response(  # noqa: PLR0917 - the SDK's Model signature
         self,
@@ -241,7 +270,8 @@ class PilotModel(Model):
     ) -> ModelResponse:
         """Ask the inner model, answering its recall calls first (see the module docstring)."""
         call = self._owner.claim(system_instructions, input)
-        offered = self._offered(call, tools)
+        offered = self._offered(call, tools, input)
+        model_settings = self._owner.with_cache_key(call, model_settings)
 
         def ask(system: str | None, items: str | list[Any], with_tools: list[Tool]) -> Any:
             return self._inner.get_response(
@@ -295,7 +325,8 @@ class PilotModel(Model):
     ) -> AsyncIterator[TResponseStreamEvent]:
         """Stream the inner model, answering its recall calls (see the module docstring)."""
         call = self._owner.claim(system_instructions, input)
-        offered = self._offered(call, tools)
+        offered = self._offered(call, tools, input)
+        model_settings = self._owner.with_cache_key(call, model_settings)
 
         def ask(
             system: str | None, items: str | list[Any], with_tools: list[Tool]
@@ -468,6 +499,12 @@ class PilotProvider(ModelProvider):
         """The user's provider (None when the plugin makes one per run)."""
         return self._inner
 
+    def __copy__(self) -> PilotProvider:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PilotProvider:
+        return self  # holds the runs' providers: copies of a config share it
+
     def get_model(self, model_name: str | None) -> Model:
         """The inner provider's model, wrapped."""
         return self._owner.model(self._provider().get_model(model_name))
@@ -475,7 +512,12 @@ class PilotProvider(ModelProvider):
     def _provider(self) -> ModelProvider:
         if self._inner is not None:
             return self._inner
-        run = current_run()
+        return self.for_run(current_run())
+
+    def for_run(self, run: object | None) -> ModelProvider:
+        """The provider of `run` (made on first use, closed when the run ends)."""
+        if self._inner is not None:
+            return self._inner
         with self._lock:
             if run is None:  # no run object from the SDK: one provider for this config
                 if self._shared is None:
@@ -515,9 +557,27 @@ class PilotProvider(ModelProvider):
             await _close(provider)
 
 
+try:  # the SDK's own closing of a provider a run created (same log line, same shielding)
+    from agents.run_internal.model_provider_lifecycle import (
+        _close_runner_owned_model_provider as _sdk_close,
+    )
+except ImportError:  # pragma: no cover - other SDK versions
+    _sdk_close = None  # type: ignore[assignment]
+
+
 async def _close(provider: ModelProvider) -> None:
     """Close a provider a run made, as the SDK does (finished despite cancellation, logged)."""
-    task = asyncio.ensure_future(provider.aclose())
+    if _sdk_close is not None:
+        await _sdk_close(provider)
+        return
+    try:  # pragma: no cover - other SDK versions
+        await _settle(asyncio.ensure_future(provider.aclose()))
+    except Exception:  # pragma: no cover
+        logger.warning("Failed to close model provider created for run", exc_info=True)
+
+
+async def _settle(task: asyncio.Future[Any]) -> None:
+    """Wait for `task` to finish even through repeated cancellation, then re-raise it."""
     try:
         await asyncio.shield(task)
     except asyncio.CancelledError:
@@ -527,5 +587,3 @@ async def _close(provider: ModelProvider) -> None:
             except asyncio.CancelledError:
                 continue
         raise
-    except Exception:
-        logger.warning("could not close the model provider made for a run", exc_info=True)

@@ -56,7 +56,7 @@ from cachepilot_agents.items import TranscriptBuilder
 from cachepilot_agents.media import MediaNotes
 from cachepilot_agents.model import PilotModel, PilotProvider
 from cachepilot_agents.runs import RunScopes, current_run
-from cachepilot_agents.session import CachePilotSession, session_thread
+from cachepilot_agents.session import CachePilotSession, session_proxy
 from cachepilot_agents.state import (
     SQLiteStateStore,
     StateStore,
@@ -105,10 +105,11 @@ class CachePilotAgents:
         clock: the time source for the cold-cache rule (seconds since the epoch); `time.time`.
         max_media_chars: inline image / file data in tool results longer than this is
             archived and the model reads a note naming it; shorter media reach it unchanged.
-        set_prompt_cache_key: add a thread-derived `prompt_cache_key` to the run config's
-            model settings when the thread is known when the run config is built and no key
-            is set there yet.
+        set_prompt_cache_key: give model calls that carry no `prompt_cache_key` (neither the
+            SDK's nor yours) a thread-derived one, so threads never share a key.
         cache_key_prefix: prefix of those keys.
+        trace_metrics: add a `cachepilot` custom span with each request's cache metrics to the
+            SDK's trace (off by default: the trace stays the plain SDK's).
     """
 
     def __init__(
@@ -121,6 +122,7 @@ class CachePilotAgents:
         max_media_chars: int = 1_000_000,
         set_prompt_cache_key: bool = True,
         cache_key_prefix: str = "cachepilot",
+        trace_metrics: bool = False,
     ) -> None:
         if not isinstance(pilot, CachePilot):
             raise ValueError(f"pilot must be a CachePilot, not {type(pilot).__name__}")
@@ -141,6 +143,7 @@ class CachePilotAgents:
         self._max_media_chars = max_media_chars
         self.set_prompt_cache_key = set_prompt_cache_key
         self.cache_key_prefix = cache_key_prefix
+        self.trace_metrics = trace_metrics
         self.requests: list[RequestUsage] = []
         """Usage of the latest model requests (bounded), in order."""
         self._hooks = CachePilotHooks(self)
@@ -160,6 +163,12 @@ class CachePilotAgents:
             weakref.WeakKeyDictionary()
         )
         self._warned: set[str] = set()
+
+    def __copy__(self) -> CachePilotAgents:
+        return self  # a service (pilot, stores, locks): copies of configs share it
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CachePilotAgents:
+        return self
 
     # --- properties --------------------------------------------------------------------------
 
@@ -210,9 +219,8 @@ class CachePilotAgents:
         user's model provider (or `base.model`) is wrapped, not replaced; everything else in
         `base` is kept. `thread` pins the thread for runs with this config; `session` makes
         the session's id the thread (read at each call: ids may be created lazily) and keeps
-        its pilot state beside it. When the thread is known here (pinned, or `base.group_id`)
-        and no `prompt_cache_key` is set in `base.model_settings`, a thread-derived key is
-        added to its `extra_args`.
+        its pilot state beside it. Model calls that carry no `prompt_cache_key` (the SDK sets
+        one only for official OpenAI endpoints) get a thread-derived one.
         """
         if base is not None and not isinstance(base, RunConfig):
             raise ValueError(f"base must be a RunConfig, not {type(base).__name__}")
@@ -239,17 +247,6 @@ class CachePilotAgents:
         config.model_provider = PilotProvider(self, provider if base is not None else None)
         if isinstance(config.model, Model):
             config.model = self.model(config.model)
-        known = (
-            thread
-            or (session_thread(session) if session is not None else None)
-            or (config.group_id.strip() if config.group_id else None)
-        )
-        if self.set_prompt_cache_key and known and not _has_cache_key(config.model_settings):
-            key = prompt_cache_key_for(known, self.cache_key_prefix)
-            extra = ModelSettings(extra_args={_PROMPT_CACHE_KEY: key})
-            config.model_settings = (
-                config.model_settings.resolve(extra) if config.model_settings else extra
-            )
         return config
 
     # --- models ------------------------------------------------------------------------------
@@ -360,7 +357,7 @@ class CachePilotAgents:
         if store is not None and not isinstance(store, StateStore):
             raise ValueError("store must implement load / save / delete (StateStore)")
         chosen = store or state_store_for(inner, _LazyStore(self))
-        return CachePilotSession(self, inner, chosen)
+        return session_proxy(self, inner, chosen)
 
     async def attach_session(self, thread: str, session: Session) -> None:
         """Attach `thread` to the companion store of `session` (a session not wrapped)."""
@@ -445,6 +442,7 @@ class CachePilotAgents:
 
     async def run_ended(self) -> None:
         """The end of the run executing in this task: release its scope and resources."""
+        PREPARED.set(None)  # the last call's view is not kept alive by the caller's context
         run = current_run()
         if run is None:
             return
@@ -475,7 +473,11 @@ class CachePilotAgents:
             return self._builders.setdefault(thread, TranscriptBuilder())
 
     def recall_offered(self, agent: Agent[Any], config: RunConfig | None) -> bool:
-        """Whether the model of `agent` is offered `recall` (and shown refs)."""
+        """Whether the model of `agent` may be offered `recall` (refs are shown only then).
+
+        The wrapper offers it only when something could be recalled (function tools, tool
+        results or maintenance epochs; see `PilotModel`).
+        """
         if not self._pilot.config.recall_tool or not self.model_is_ours(agent, config):
             return False
         names = {getattr(t, "name", None) for t in agent.tools}
@@ -491,6 +493,9 @@ class CachePilotAgents:
         """The pilot's view of one model call's input, for `thread`."""
         PREPARED.set(None)
         config = source.run_config
+        provider = config.model_provider if config is not None else None
+        if isinstance(provider, PilotProvider) and provider._owner is self:
+            provider.for_run(current_run())  # a run's provider exists from its start
         if not self.model_is_ours(agent, config):
             # A model the plugin cannot reach (a Model instance that was not wrapped): it
             # reads the plain input, so no ref is ever shown to a model that cannot recall.
@@ -541,6 +546,15 @@ class CachePilotAgents:
             if last is not call.last_item:
                 return None
         return call
+
+    def with_cache_key(self, call: PreparedCall | None, settings: ModelSettings) -> ModelSettings:
+        """`settings` with the thread's `prompt_cache_key` when the call carries none."""
+        if call is None or not self.set_prompt_cache_key or _has_cache_key(settings):
+            return settings
+        key = prompt_cache_key_for(call.thread, self.cache_key_prefix)
+        return dataclasses.replace(
+            settings, extra_args={**(settings.extra_args or {}), _PROMPT_CACHE_KEY: key}
+        )
 
     async def answer_recall(self, arguments: str, call: PreparedCall) -> str:
         """The answer to one recall call of `call`'s model."""
@@ -596,7 +610,8 @@ class CachePilotAgents:
         except Exception:
             logger.warning("could not record the usage of a model call", exc_info=True)
             return
-        self._trace(call.thread, record)
+        if self.trace_metrics:
+            self._trace(call.thread, record)
 
     def _trace(self, thread: str, usage: Usage) -> None:
         """The call's metrics as a custom span in the SDK's trace (never fails the call)."""

@@ -30,19 +30,30 @@ if TYPE_CHECKING:
     from cachepilot_agents.plugin import CachePilotAgents
     from cachepilot_agents.state import StateStore
 
-__all__ = ["CachePilotSession", "session_thread"]
+__all__ = ["CachePilotSession", "ContextAwareSession", "session_proxy", "session_thread"]
 
 logger = logging.getLogger(__name__)
 
 
-def _accepts_wrapper(method: Any) -> bool:
+def _context_aware(session: object) -> bool:
+    """Whether the SDK hands `session` its run context (every history method takes `wrapper`)."""
     try:
-        params = inspect.signature(method).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(
-        p.name == "wrapper" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params
-    )
+        from agents.memory.session import _session_accepts_wrapper
+
+        return bool(_session_accepts_wrapper(session))
+    except ImportError:  # pragma: no cover - other SDK versions
+        pass
+    for name in ("get_items", "add_items", "pop_item", "clear_session"):
+        try:  # pragma: no cover - other SDK versions
+            params = inspect.signature(getattr(session, name)).parameters.values()
+        except Exception:  # pragma: no cover
+            return False
+        if not any(  # pragma: no cover
+            p.name == "wrapper" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            for p in params
+        ):
+            return False
+    return True  # pragma: no cover
 
 
 def session_thread(session: object) -> str | None:
@@ -108,43 +119,73 @@ class CachePilotSession:
         )
         await self._owner.attach(thread, self.store)
 
-    async def _call(self, method_name: str, *args: Any, wrapper: Any = None, **kw: Any) -> Any:
-        method = getattr(self.inner, method_name)
-        if wrapper is not None and _accepts_wrapper(method):
-            kw["wrapper"] = wrapper
-        result = method(*args, **kw)
+    async def _call(self, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # Exactly the call the SDK made: the same arguments, in the same shape.
+        result = getattr(self.inner, method_name)(*args, **kwargs)
         if inspect.isawaitable(result):
             return await result
         return result
 
-    async def get_items(
-        self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> list[TResponseInputItem]:
+    async def get_items(self, *args: Any, **kwargs: Any) -> list[TResponseInputItem]:
         """The inner history, unchanged; binds this run to the session's thread."""
-        items: list[TResponseInputItem] = await self._call("get_items", limit, wrapper=wrapper)
+        items: list[TResponseInputItem] = await self._call("get_items", args, kwargs)
         await self._bind()
         return items
 
-    async def add_items(
-        self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> None:
+    async def add_items(self, *args: Any, **kwargs: Any) -> None:
         """Append to the inner history (items unchanged), then save the pilot state."""
-        await self._call("add_items", items, wrapper=wrapper)
+        await self._call("add_items", args, kwargs)
         await self._bind()
         thread = session_thread(self.inner)
         if thread is not None:
             await self._owner.save_state(thread)
 
-    async def pop_item(
-        self, *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> TResponseInputItem | None:
+    async def pop_item(self, *args: Any, **kwargs: Any) -> TResponseInputItem | None:
         """Pop from the inner history (plan edits of a popped item simply stop applying)."""
-        item: TResponseInputItem | None = await self._call("pop_item", wrapper=wrapper)
+        item: TResponseInputItem | None = await self._call("pop_item", args, kwargs)
         return item
 
-    async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
+    async def clear_session(self, *args: Any, **kwargs: Any) -> None:
         """Clear the inner history and forget the thread's pilot state."""
         thread = session_thread(self.inner)
-        await self._call("clear_session", wrapper=wrapper)
+        await self._call("clear_session", args, kwargs)
         if thread is not None:
             await self._owner.forget(thread, self.store)
+
+
+class ContextAwareSession(CachePilotSession):
+    """The proxy of a session that takes the run context (`wrapper`) in its history methods.
+
+    The SDK passes `wrapper` only to sessions whose every history method names it, so the
+    proxy names it exactly when the inner session does.
+    """
+
+    async def get_items(
+        self, *args: Any, wrapper: RunContextWrapper[Any] | None = None, **kwargs: Any
+    ) -> list[TResponseInputItem]:
+        """See `CachePilotSession.get_items`."""
+        return await super().get_items(*args, wrapper=wrapper, **kwargs)
+
+    async def add_items(
+        self, *args: Any, wrapper: RunContextWrapper[Any] | None = None, **kwargs: Any
+    ) -> None:
+        """See `CachePilotSession.add_items`."""
+        await super().add_items(*args, wrapper=wrapper, **kwargs)
+
+    async def pop_item(
+        self, *args: Any, wrapper: RunContextWrapper[Any] | None = None, **kwargs: Any
+    ) -> TResponseInputItem | None:
+        """See `CachePilotSession.pop_item`."""
+        return await super().pop_item(*args, wrapper=wrapper, **kwargs)
+
+    async def clear_session(
+        self, *args: Any, wrapper: RunContextWrapper[Any] | None = None, **kwargs: Any
+    ) -> None:
+        """See `CachePilotSession.clear_session`."""
+        await super().clear_session(*args, wrapper=wrapper, **kwargs)
+
+
+def session_proxy(owner: CachePilotAgents, inner: Session, store: StateStore) -> CachePilotSession:
+    """The proxy of `inner`, taking the run context exactly when `inner` does."""
+    cls = ContextAwareSession if _context_aware(inner) else CachePilotSession
+    return cls(owner, inner, store)

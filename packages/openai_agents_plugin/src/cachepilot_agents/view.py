@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -44,14 +45,15 @@ class ToolSchemas:
     """
 
     def __init__(self) -> None:
-        self._memo: dict[tuple[int, ...], tuple[tuple[object, ...], list[dict[str, Any]]]] = {}
+        # Weak references only: a memo must never keep an agent (or its tools) alive.
+        self._memo: dict[tuple[int, ...], tuple[tuple[Any, ...], list[dict[str, Any]]]] = {}
 
     def __call__(self, agent: Agent[Any]) -> list[dict[str, Any]]:
         """The schemas of `agent`'s tools and handoffs."""
-        sources: tuple[object, ...] = (agent, *agent.tools, *agent.handoffs)
+        sources: tuple[object, ...] = (*agent.tools, *agent.handoffs)
         key = tuple(id(s) for s in sources)
         hit = self._memo.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], sources, strict=True)):
+        if hit is not None and all(_deref(a) is b for a, b in zip(hit[0], sources, strict=True)):
             return hit[1]
         schemas: list[dict[str, Any]] = []
         for tool in agent.tools:
@@ -63,10 +65,33 @@ class ToolSchemas:
             except Exception:
                 continue
             schemas.append(_schema(item.tool_name, item.tool_description, item.input_json_schema))
-        self._memo[key] = (sources, schemas)
+        self._memo[key] = (tuple(_weak(s) for s in sources), schemas)
         if len(self._memo) > _MEMO_MAX:
             self._memo.pop(next(iter(self._memo)))
         return schemas
+
+
+def _weak(value: object) -> Any:
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return _Strong(value)
+
+
+def _deref(ref: Any) -> object:
+    return ref()
+
+
+class _Strong:
+    """A stand-in for objects that take no weak reference (held as they are)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __call__(self) -> object:
+        return self.value
 
 
 def _schema(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -110,6 +135,7 @@ async def build_view(
         )
 
     call = PreparedCall(
+        maintained=bool(pilot.state(thread).plan.epochs),
         owner=id(owner),
         thread=thread,
         recall=recall,
