@@ -160,7 +160,9 @@ def run_suite(
     if not results_file.exists():
         raise RuntimeError(f"{suite.name} {label}: pytest wrote no results (see {log_file})")
     results = json.loads(results_file.read_text(encoding="utf-8"))
-    logger.info("%s %s: %d tests in %.0f s (exit %d)", suite.name, label, len(results), seconds, code)
+    logger.info(
+        "%s %s: %d tests in %.0f s (exit %d)", suite.name, label, len(results), seconds, code
+    )
     return Run(label, results, seconds, code)
 
 
@@ -324,7 +326,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             files = suite.files(sdist)
             plain = run_suite(
-                suite, python, sdist, files, work, label="plain", position=None,
+                suite,
+                python,
+                sdist,
+                files,
+                work,
+                label="plain",
+                position=None,
                 workers=args.workers,
             )
             comparisons = []
@@ -332,8 +340,14 @@ def main(argv: list[str] | None = None) -> int:
             wanted = [p for p in positions if p in suite.positions] or [suite.positions[0]]
             for position in wanted:
                 injected = run_suite(
-                    suite, python, sdist, files, work, label=f"injected-{position}",
-                    position=position, workers=args.workers,
+                    suite,
+                    python,
+                    sdist,
+                    files,
+                    work,
+                    label=f"injected-{position}",
+                    position=position,
+                    workers=args.workers,
                 )
                 comparison = compare(suite, plain, injected, position)
                 confirm(suite, python, sdist, work, comparison, args.workers)
