@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import operator
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cachepilot.artifacts import Artifact, ArtifactStore, SQLiteArtifactStore, default_store_path
 from cachepilot.artifacts.base import check_thread
+from cachepilot.breakpoints import CacheAnchors, advance_anchors, plan_breakpoints
 from cachepilot.canonical import (
     CanonicalConfig,
     Canonicalizer,
@@ -39,6 +41,7 @@ from cachepilot.maintenance import (
     Decision,
     FoldEstimate,
     MaintenanceConfig,
+    argument_plan,
     build_edits,
     decide,
     fold_estimate,
@@ -62,7 +65,7 @@ from cachepilot.reduce import (
 from cachepilot.reduce.memory import canonical_args
 from cachepilot.reduce.stubs import invalid_utf8_note, recall_call
 from cachepilot.refs import make_ref
-from cachepilot.sim import get_profile
+from cachepilot.sim import Request, get_profile, render_request
 from cachepilot.tokens import DEFAULT_ENCODING, TokenCounter, get_counter
 from cachepilot.usage import Usage
 from cachepilot.views import ResultViews, views_meta
@@ -144,6 +147,8 @@ class PilotState(BaseModel):
     views: dict[str, str] = Field(default_factory=dict)
     """Tool results already ingested: view key -> ref of the archived reduced view (`""` when
     the model reads the result unchanged). See `cachepilot.views`."""
+    anchors: CacheAnchors = Field(default_factory=CacheAnchors)
+    """Stable cache anchors for explicit-breakpoint providers (see `cache_breakpoints`)."""
     revision: int = 0
     """Bumped by every change (ingest, prepare, recall, usage): of two copies of a thread's
     state, the one with the higher revision is the newer (plugins merge parallel updates by
@@ -177,6 +182,10 @@ class _ViewCache:
         self._registry: LifecycleRegistry | None = None
         self._transitions = -1
         self._evictable: dict[str, str] = {}
+        self.view: PlanView | None = None
+        """The last rendered view."""
+        self._rewritable: int | None = None
+        self._rewritable_scanned = 0
 
     def render(self, messages: Sequence[Message], plan: Plan, keys: Sequence[str]) -> PlanView:
         """`render_plan(messages, plan, keys)`, extending the previous view when it can."""
@@ -186,7 +195,37 @@ class _ViewCache:
                 self._stale = (self._sized, self._sizes)
             self._sized, self._sizes, self._total = [], [], 0
             self._pairing = PairingScanner()
+            self._rewritable, self._rewritable_scanned = None, 0
+        self.view = view
         return view
+
+    def first_rewritable(
+        self, plan: Plan, counter: TokenCounter, config: MaintenanceConfig
+    ) -> int | None:
+        """Index in the last view of the first message a maintenance point could rewrite: a
+        tool result not edited yet and large enough to stub, or an assistant message with
+        long arguments not reduced yet. Scans new messages only until one is found."""
+        view = self.view
+        if view is None:
+            return None
+        if self._rewritable is None:
+            edited = self.edited_keys(plan)
+            start = self._rewritable_scanned
+            for index in range(start, len(view.messages)):
+                message, key = view.messages[index], view.keys[index]
+                if key in edited:
+                    continue
+                if message.role == "tool":
+                    found = counter.count_message(message) >= config.min_result_tokens
+                else:
+                    found = config.reduce_arguments and any(
+                        len(c.arguments) > config.argument_min_chars for c in message.tool_calls
+                    )
+                if found:
+                    self._rewritable = index
+                    break
+            self._rewritable_scanned = len(view.messages)
+        return self._rewritable
 
     def sizes(self, view: Sequence[Message], counter: TokenCounter) -> tuple[list[int], int]:
         """Tokens of each message of the last rendered `view`, and their sum (read-only)."""
@@ -1064,8 +1103,14 @@ class CachePilot:
         """Archive each chosen result as it stands, then stub it (nothing is lost)."""
         texts: list[str] = []
         refs: list[str] = []
+        stubbed: list[Candidate] = []
+        arguments: list[Edit] = []
         for cand in chosen:
             message = view[cand.index]
+            if cand.kind == "args":
+                arguments.extend(self._argument_edits(thread, message, cand))
+                continue
+            stubbed.append(cand)
             # Parts (images, reasoning) are archived whole, as the message's JSON.
             content = (
                 message.content
@@ -1084,7 +1129,46 @@ class CachePilot:
             )
             refs.append(ref)
             texts.append(stub_text(cand.kind, message, cand.tokens, ref, cand.reason))
-        return build_edits(chosen, texts, refs)
+        edits = build_edits(stubbed, texts, refs)
+        if not arguments:
+            return edits
+        order = {c.key: c.index for c in chosen}
+        return sorted([*edits, *arguments], key=lambda e: order.get(e.key, -1))
+
+    def _argument_edits(self, thread: str, message: Message, cand: Candidate) -> list[Edit]:
+        """Archive the arguments of the candidate's calls (each whole, and each long value on
+        its own, which is what the preview names), then reduce them. A call whose values
+        cannot all be archived keeps its arguments."""
+        cfg = self.config.maintenance
+        out: list[Edit] = []
+        for call in message.tool_calls:
+            if call.id not in cand.calls:
+                continue
+            reduced = argument_plan(call.arguments, cfg)
+            if reduced is None:
+                continue
+            meta = {"tool": call.name, "call_id": call.id, "source": f"call:{call.id}:args"}
+            try:
+                whole = self.store.put(thread, call.arguments, meta={**meta, "reason": "arguments"})
+                stored = [
+                    self.store.put(thread, value, meta={**meta, "reason": "argument"})
+                    for value, _ in reduced.values
+                ]
+            except Exception:
+                logger.warning(
+                    "thread %s: arguments of call %s could not be archived; kept as they are",
+                    thread,
+                    call.id,
+                    exc_info=True,
+                )
+                continue
+            if stored != [ref for _, ref in reduced.values]:
+                logger.error("thread %s: argument ref mismatch; call %s kept", thread, call.id)
+                continue
+            out.append(
+                Edit(kind="args", key=cand.key, text=reduced.text, ref=whole, call_id=call.id)
+            )
+        return out
 
     async def aprepare(
         self,
@@ -1146,6 +1230,82 @@ class CachePilot:
         if issues:
             self._warned_pairing.add(thread)
         return issues
+
+    # --- provider cache marks ------------------------------------------------------------
+
+    def cache_breakpoints(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] = (),
+        thread: str = "default",
+        *,
+        client: Sequence[int] = (),
+        profile: str | None = None,
+        hidden_prefix_tokens: int = 0,
+    ) -> list[int]:
+        """Where to add explicit cache marks (Anthropic `cache_control`) to a prepared request.
+
+        Call it once per model call with the request `prepare` just returned. The marks go on
+        the last message, on a bridge to the previous call's end when a wide turn would put
+        it out of the provider's lookback window, on the stable anchor (the last message
+        before the first one a maintenance point could rewrite, so a later rewrite still
+        reads the prefix before it) and on the end of tools + system; see
+        `cachepilot.breakpoints`. Deterministic: the anchor is kept in the thread's state.
+
+        Args:
+            system, messages, tools: the request as `prepare` returned it.
+            thread: the scope.
+            client: the caller's own marks (message indices, -1 for tools + system): kept,
+                and counted against the provider's limit.
+            profile: the provider profile whose rules apply (default: `Config.provider` when
+                it is an explicit-breakpoint profile, else `anthropic`).
+            hidden_prefix_tokens: tokens the provider puts before the tools that are not in
+                the request (they count towards the minimum cacheable length).
+
+        Returns:
+            Message indices to mark (-1: the end of tools + system), sorted, none of them in
+            `client`.
+        """
+        _check_thread(thread)
+        _check_request(system, messages, tools)
+        chosen = get_profile(profile or self.config.provider)
+        if chosen.match != "breakpoints":
+            chosen = get_profile("anthropic")
+        counter = get_counter(self.config.encoding)
+        state = self.state(thread)
+        with self._lock:
+            stable = self._anchors(state, self._views.get(thread), messages, counter)
+            rendered = render_request(
+                Request(system=system, messages=messages, tools=tools),
+                counter,
+                hidden_prefix_tokens=hidden_prefix_tokens,
+            )
+        return plan_breakpoints(rendered, client, None, chosen, stable=stable)
+
+    def _anchors(
+        self,
+        state: PilotState,
+        cache: _ViewCache | None,
+        messages: Sequence[Message],
+        counter: TokenCounter,
+    ) -> list[int]:
+        """This call's stable anchors (view indices): the one in force before the call, then
+        the one for the calls to come (the same message between maintenance points)."""
+        view = cache.view if cache is not None else None
+        if (
+            cache is None
+            or view is None
+            or len(view.messages) != len(messages)
+            or not all(map(operator.is_, view.messages, messages))
+        ):
+            return []  # not the view `prepare` returned
+        first = cache.first_rewritable(state.plan, counter, self.config.maintenance)
+        anchors, out = advance_anchors(state.anchors, state.calls, view.keys, first)
+        if anchors is not state.anchors:
+            state.anchors = anchors
+            state.revision += 1
+        return out
 
     # --- recall ------------------------------------------------------------------------------
 
@@ -1235,8 +1395,9 @@ def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:
 
 
 def _stub_tokens(candidate: Candidate) -> int:
-    # A stub is about 30 tokens whatever it names; its exact text needs the ref.
-    return 30
+    # A stub is about 30 tokens whatever it names (its exact text needs the ref); reduced
+    # arguments were counted when the candidate was found.
+    return candidate.kept_tokens
 
 
 def _check_thread(thread: object) -> None:
