@@ -76,7 +76,7 @@ def test_nothing_below_the_minimum(counter: TokenCounter) -> None:
 
 
 def test_client_marks_kept_and_the_limit_never_exceeded(counter: TokenCounter) -> None:
-    messages = [Message("user", text(1500))] + turn(0, 1) + turn(1, 12)
+    messages = [Message("user", text(1500)), *turn(0, 1), *turn(1, 12)]
     request = Request("s" * 1996, messages)
     for client in ([], [0], [0, 1], [HEADER, 0, 1], [0, 1, 2, 3]):
         added = marks(request, counter, client=client)
@@ -88,7 +88,7 @@ def test_client_marks_kept_and_the_limit_never_exceeded(counter: TokenCounter) -
 
 
 def test_deterministic(counter: TokenCounter) -> None:
-    messages = [Message("user", text(1500))] + turn(0, 3) + turn(1, 12)
+    messages = [Message("user", text(1500)), *turn(0, 3), *turn(1, 12)]
     request = Request("s" * 1996, messages)
     first = marks(request, counter, stable=[2])
     assert all(marks(request, counter, stable=[2]) == first for _ in range(3))
@@ -144,7 +144,9 @@ def test_stable_anchor_keeps_a_rewrite_cached(counter: TokenCounter) -> None:
         for n in range(4, len(history) + 1, 2):
             request = Request(system, history[:n])
             sim.submit(
-                Request(system, history[:n], cache_breakpoints=marks(request, counter, stable=stable))
+                Request(
+                    system, history[:n], cache_breakpoints=marks(request, counter, stable=stable)
+                )
             )
         request = Request(system, rewritten)
         usage = sim.submit(
@@ -173,7 +175,7 @@ def test_advance_anchors() -> None:
     # A maintenance point moved the first rewritable message: both anchors this call.
     moved, stable = advance_anchors(anchors, 2, keys, 3)
     assert moved == CacheAnchors(call=2, before="b", now="c") and stable == [1, 2]
-    later, stable = advance_anchors(moved, 3, keys, 3)
+    _later, stable = advance_anchors(moved, 3, keys, 3)
     assert stable == [2]
     # Nothing rewritable any more: the anchor of the call before is still marked once.
     gone, stable = advance_anchors(moved, 3, ["x", "c"], None)

@@ -77,10 +77,11 @@ class MaintenanceConfig(BaseModel):
     min_result_tokens: int = 200
     """Results smaller than this are not worth a stub."""
     reduce_arguments: bool = True
-    """Also reduce large tool-call arguments (a file's content in a `write` call) outside the
-    protected tail: each string value longer than `argument_min_chars` is archived and
-    replaced by a preview naming its ref (the call's id, name and JSON shape stay)."""
-    argument_min_chars: int = 2_000
+    """Also reduce large tool-call arguments (a file's content in a `write` call) of calls
+    answered before the last `protect_results` results (and the last `protect_user_turns`
+    turns): each string value longer than `argument_min_chars` is archived and replaced by a
+    preview naming its ref (the call's id, name and JSON shape stay)."""
+    argument_min_chars: int = 5_000
     """Argument string values longer than this are reduced."""
     argument_preview_chars: int = 300
     """Head of a reduced argument value kept in the preview."""
@@ -226,6 +227,7 @@ def prune_candidates(
     protected: set[int] = set(
         tool_indices[-config.protect_results :] if config.protect_results else ()
     )
+    recent = set(protected)  # what protects arguments: the last results, not the token budget
     budget = config.protect_tool_tokens
     for i in reversed(tool_indices):
         if budget <= 0:
@@ -237,6 +239,7 @@ def prune_candidates(
         if users:
             start = users[-min(config.protect_user_turns, len(users))]
             protected.update(i for i in tool_indices if i >= start)
+            recent.update(i for i in tool_indices if i >= start)
     out: list[Candidate] = []
     for i in tool_indices:
         key = keys[i]
@@ -250,7 +253,9 @@ def prune_candidates(
         elif config.prune:
             out.append(Candidate(i, key, "stub", tokens, "old tool output"))
     if config.reduce_arguments:
-        tail = min(protected) if protected else len(messages)
+        # A large argument is the exchange's big item: the token budget that keeps recent
+        # outputs would keep it for many calls; the last `protect_results` results do.
+        tail = min(recent) if recent else len(messages)
         found = _argument_candidates(
             messages, keys, counter, config, already=already, tool_indices=tool_indices, tail=tail
         )
