@@ -16,7 +16,7 @@ import operator
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from cachepilot.canonical import (
     tool_fingerprint,
 )
 from cachepilot.canonical import tool_name as schema_name
+from cachepilot.events import LoopEvent, LoopHook
 from cachepilot.fold import Summarizer, cut_before, emergency_fold, fold_start, plan_fold
 from cachepilot.lifecycle import Estimator, LifecycleRegistry, RuleEstimator, SegmentState
 from cachepilot.maintenance import (
@@ -49,7 +50,14 @@ from cachepilot.maintenance import (
     stub_text,
     task_fold_estimate,
 )
-from cachepilot.messages import KeyTracker, Message, PairingIssue, PairingScanner
+from cachepilot.messages import (
+    ImagePart,
+    KeyTracker,
+    Message,
+    PairingIssue,
+    PairingScanner,
+    missing_results,
+)
 from cachepilot.plan import Edit, Epoch, Plan, PlanRenderer, PlanView
 from cachepilot.pricing import Price
 from cachepilot.recall import RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA, recall
@@ -57,11 +65,13 @@ from cachepilot.reduce import (
     IngestMemory,
     Pipeline,
     ReduceConfig,
+    Reduction,
     ToolResult,
     coerce_args,
     normalize_output,
     source_key,
 )
+from cachepilot.reduce.images import image_replacement
 from cachepilot.reduce.memory import canonical_args
 from cachepilot.reduce.stubs import invalid_utf8_note, recall_call
 from cachepilot.refs import make_ref
@@ -72,6 +82,7 @@ from cachepilot.views import ResultViews, views_meta
 
 if TYPE_CHECKING:
     from cachepilot.compress import ObservationCompressor
+    from cachepilot.compress.observation import Compressed
 
 __all__ = ["CachePilot", "Config", "IngestReport", "PilotState"]
 
@@ -199,6 +210,10 @@ class _ViewCache:
         self.view = view
         return view
 
+    def forget_rewritable(self) -> None:
+        """Scan for the first rewritable message again (positions in the view moved)."""
+        self._rewritable, self._rewritable_scanned = None, 0
+
     def first_rewritable(
         self, plan: Plan, counter: TokenCounter, config: MaintenanceConfig
     ) -> int | None:
@@ -304,6 +319,8 @@ class IngestReport:
     chars_saved: tuple[tuple[str, int], ...] = field(default_factory=tuple)
     """(pass name, characters it removed) for each of `steps` (negative when a pass added a
     note)."""
+    loop: LoopEvent | None = None
+    """Set when the call repeats the previous ones (see `CachePilot(on_loop=…)`)."""
 
 
 class CachePilot:
@@ -321,6 +338,10 @@ class CachePilot:
         compressor: optional `compress.ObservationCompressor`: a model compresses large tool
             outputs at ingestion (never already-sent history); the rule passes apply when it
             is absent, declines or fails.
+        on_loop: called with a `LoopEvent` when a tool result extends a run of identical
+            calls (`ReduceConfig.loop_flag_after` or more in a row), once per result, so the
+            host can act on a doom loop (stop, escalate, change strategy). Its errors are
+            logged, never raised.
     """
 
     def __init__(
@@ -331,8 +352,10 @@ class CachePilot:
         estimator: Estimator | None = None,
         summarizer: Summarizer | None = None,
         compressor: ObservationCompressor | None = None,
+        on_loop: LoopHook | None = None,
     ) -> None:
         self.config = config or Config()
+        self._on_loop = on_loop
         self._store = store
         self._store_lock = threading.Lock()
         self._states: dict[str, PilotState] = {}
@@ -478,6 +501,50 @@ class CachePilot:
                 exc_info=True,
             )
             return IngestReport(result.text, None, original_chars)
+        loop = self._loop_event(thread, tool_name, call_id, reduction)
+        report = self._ingest_reduced(
+            thread,
+            tool_name,
+            parsed_args,
+            call_id,
+            result,
+            reduction=reduction,
+            compressed=compressed,
+        )
+        return report if loop is None else replace(report, loop=loop)
+
+    def _loop_event(
+        self, thread: str, tool_name: str, call_id: str, reduction: Reduction
+    ) -> LoopEvent | None:
+        """The loop event of a result that extends a run of identical calls, sent to the
+        host's hook (whose errors are logged)."""
+        run = reduction.loop_run
+        if run < self.config.reduction.loop_flag_after:
+            return None
+        event = LoopEvent(thread, tool_name, call_id, run, reduction.loop_same_output)
+        logger.info(
+            "thread %s: tool %r called identically %d times in a row", thread, tool_name, run
+        )
+        if self._on_loop is not None:
+            try:
+                self._on_loop(event)
+            except Exception:
+                logger.warning("thread %s: the on_loop hook failed", thread, exc_info=True)
+        return event
+
+    def _ingest_reduced(
+        self,
+        thread: str,
+        tool_name: str,
+        parsed_args: dict[str, Any],
+        call_id: str,
+        result: ToolResult,
+        *,
+        reduction: Reduction,
+        compressed: Compressed | None,
+    ) -> IngestReport:
+        """The report of a reduced result: archived when the reduction is lossy."""
+        original_chars = len(result.text)
         steps = tuple(s.pass_name for s in reduction.steps)
         saved = tuple((s.pass_name, s.chars_before - s.chars_after) for s in reduction.steps)
         if not reduction.lossy:
@@ -630,7 +697,26 @@ class CachePilot:
                 return None
             return None if found is None else found.text
 
-        return self._result_views.apply(thread, messages, state.views, ingest=ingest, load=load)
+        def shrink(part: ImagePart, key: str) -> str | None:
+            replacement = image_replacement(part, self.config.reduction.image_max_bytes)
+            ref = ""
+            if replacement is not None:
+                try:  # the original first: nothing may be lost
+                    original = self.store.put(
+                        thread, part.url, meta={"kind": "image", "reason": "image over the limit"}
+                    )
+                    ref = self.store.put(thread, replacement, meta=views_meta(key, original, ""))
+                except Exception:
+                    logger.warning("thread %s: an image could not be archived; kept", thread)
+                    return None
+            with self._lock:
+                state.views[key] = ref
+                state.revision += 1
+            return replacement
+
+        return self._result_views.apply(
+            thread, messages, state.views, ingest=ingest, load=load, shrink=shrink
+        )
 
     async def areduce_results(
         self,
@@ -696,7 +782,9 @@ class CachePilot:
             if rendered is None:  # no scheduler, or an epoch was appended: render (again)
                 rendered = cache.render(canon_messages, state.plan, keys)
             view = rendered.messages
-            issues = self._pairing_issues(cache, view, thread)
+            issues, missing = self._pairing_issues(cache, view, thread)
+            if missing:
+                view = _with_missing(cache, rendered, missing)
             fingerprint = self._fingerprint(out_tools)
             changed = state.tools_fingerprint is not None and fingerprint != state.tools_fingerprint
             if changed and not self.config.canonicalize:  # the canonicalizer logs it otherwise
@@ -707,8 +795,8 @@ class CachePilot:
             state.last_request_time = clock
         if issues:
             logger.warning(
-                "thread %s: the history breaks tool-call pairing (%s); sent as is, the provider "
-                "may reject it",
+                "thread %s: the history breaks tool-call pairing (%s); calls without a result "
+                "get a synthetic error result in the request, anything else is sent as is",
                 thread,
                 "; ".join(str(i) for i in issues[:3]),
             )
@@ -1218,18 +1306,20 @@ class CachePilot:
 
     def _pairing_issues(
         self, cache: _ViewCache, view: Sequence[Message], thread: str
-    ) -> list[PairingIssue]:
-        """The pairing issues of `view` to report (once per thread: none after that)."""
-        if thread in self._warned_pairing:
-            return []  # reported already: no need to scan
+    ) -> tuple[list[PairingIssue], list[tuple[int, Message]]]:
+        """The pairing issues of `view` to report (once per thread: none after that), and
+        the synthetic results its unanswered calls need (`missing_results`)."""
         try:
-            issues = cache.pairing_issues(view)
+            issues = cache.pairing_issues(view)  # incremental: the new messages only
         except Exception:  # a check must never cost the turn
             logger.warning("thread %s: pairing check failed", thread, exc_info=True)
-            return []
+            return [], []
+        missing = missing_results(view, issues) if issues else []
+        if thread in self._warned_pairing:
+            return [], missing
         if issues:
             self._warned_pairing.add(thread)
-        return issues
+        return issues, missing
 
     # --- provider cache marks ------------------------------------------------------------
 
@@ -1380,6 +1470,20 @@ class CachePilot:
             for key, value in usage.to_dict().items():
                 state.usage[key] = state.usage.get(key, 0) + value
             state.revision += 1
+
+
+def _with_missing(
+    cache: _ViewCache, rendered: PlanView, missing: Sequence[tuple[int, Message]]
+) -> list[Message]:
+    """The view with the synthetic results inserted (the view cache is told, so the cache
+    anchors of `cache_breakpoints` address the request as sent)."""
+    messages, keys = list(rendered.messages), list(rendered.keys)
+    for offset, (position, message) in enumerate(missing):
+        messages.insert(position + offset, message)
+        keys.insert(position + offset, f"missing:{message.tool_call_id}")
+    cache.view = PlanView(messages, keys, [(k, k) for k in keys], [None] * len(keys))
+    cache.forget_rewritable()  # positions moved
+    return messages
 
 
 def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:
