@@ -63,6 +63,7 @@ class Reduction:
         reason: the names of those passes joined by `, ` (None when nothing changed).
         source: the call's `source_key` (the recall gate counts recalls per source).
         kind: the result kind from `normalize_output`.
+        loop_run, loop_same_output: the identical-call run this result extends.
     """
 
     text: str
@@ -72,6 +73,10 @@ class Reduction:
     reason: str | None = None
     source: str = ""
     kind: ResultKind = "text"
+    loop_run: int = 1
+    """Identical calls (same tool and arguments) in a row, this one included."""
+    loop_same_output: bool = False
+    """Every call of that run returned this same output."""
 
 
 class Pipeline:
@@ -228,6 +233,8 @@ class Pipeline:
             reason=reason,
             source=source,
             kind=result.kind,
+            loop_run=run,
+            loop_same_output=same_output,
         )
 
     def _eligible(self, step: ReductionPass, ctx: PassContext) -> bool:
