@@ -1593,7 +1593,7 @@ def _check_request(system: object, messages: object, tools: object) -> None:
         if not isinstance(message, Message):
             raise ValueError(
                 f"messages[{index}] is a {type(message).__name__}, not a cachepilot Message "
-                "(convert framework messages first)"
+                "(convert provider dicts with cachepilot.to_messages)"
             )
     if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
         raise ValueError(f"tools must be a sequence of tool schemas, not {type(tools).__name__}")

@@ -18,6 +18,9 @@ Edit kinds:
   that overlaps an earlier one only partly is skipped with a warning; a fold whose keys are not
   in the transcript, are reversed, or whose range is not closed under tool-call pairing (a call
   answered outside the range, a result whose call is outside it) is skipped with a log line.
+  A fold already written into the transcript (its summary carries the first folded message's
+  key and the rest is gone), or superseded by a later fold of the plan written there, is
+  recognised and left as it is.
   So the view keeps `pairing_issues(view) == []` whenever the transcript had it.
 """
 
@@ -240,17 +243,28 @@ def _resolve_folds(
     for index, message in enumerate(messages):
         if message.role == "tool" and message.tool_call_id is not None:
             answer_at.setdefault(message.tool_call_id, index)
+    # (first key, summary text) -> plan index of the last fold with both.
+    last_fold: dict[tuple[str, str], int] = {}
+    for order, edit in enumerate(folds):
+        last_fold[(edit.key, edit.text)] = order
     accepted: list[_Range] = []
-    for edit in folds:
+    for order, edit in enumerate(folds):
         start, end = position.get(edit.key), position.get(edit.last_key)
         if start is None and end is None:
             logger.debug(
                 "fold %s..%s: range not in the transcript; skipped", edit.key, edit.last_key
             )
             continue
-        if end is None and start is not None and messages[start].text == edit.text:
+        if (
+            end is None
+            and start is not None
+            and last_fold.get((edit.key, messages[start].text), -1) >= order
+        ):
             # Already applied in the transcript itself: a framework persisted the fold by
-            # giving the summary the first folded message's id and removing the rest.
+            # giving the summary the first folded message's id and removing the rest. The
+            # summary there may be a later fold's that starts at the same message (a
+            # differential fold planned on the persisted transcript), which supersedes this
+            # one.
             logger.debug("fold %s..%s: already in the transcript", edit.key, edit.last_key)
             continue
         if start is None or end is None or end < start:
