@@ -2,8 +2,8 @@
 
 The agent ("Forge") reads, greps, runs tests and edits a small inventory project shipped with
 cachepilot, using real tools over those files (`cachepilot.demo_workload`). The agent code is
-ordinary Agents SDK code; cachepilot attaches through `wrap`, `run_config`, `hooks` and
-`session`.
+ordinary Agents SDK code; cachepilot attaches through one run config (`run_config`), plus
+`wrap` where the agent holds a model instance.
 
 Without an API key (the default) the model side is the replay provider: an OpenAI-compatible
 endpoint on 127.0.0.1 that answers with the recorded replies of the built-in demo session and
@@ -96,14 +96,12 @@ async def replay(api: str, workdir: Path) -> None:
 async def live(model: str, workdir: Path) -> None:
     pilot = CachePilot(store=SQLiteArtifactStore(workdir / "artifacts.sqlite"))
     cp = CachePilotAgents(pilot)
-    session = cp.session(SQLiteSession("forge-live", workdir / "session.db"))
-    agent = cp.wrap(
-        Agent(
-            name="forge",
-            instructions=build_demo_session().messages[0].text,
-            tools=list(coding_tools(DemoToolState())),
-            model=model,
-        )
+    session = SQLiteSession("forge-live", workdir / "session.db")
+    agent = Agent(
+        name="forge",
+        instructions=build_demo_session().messages[0].text,
+        tools=list(coding_tools(DemoToolState())),
+        model=model,  # a model name: the run config's provider gives it the wrapper
     )
     task = (
         "The inventory report double-counts items that expired today. Find the bug, fix it "
@@ -113,7 +111,6 @@ async def live(model: str, workdir: Path) -> None:
         agent,
         task,
         run_config=cp.run_config(session=session),
-        hooks=cp.hooks,
         session=session,
         max_turns=40,
     )

@@ -40,7 +40,7 @@ def test_hooks_emit_metrics_spans(make_pilot: Any) -> None:
         model = ScriptedModel(
             [[function_call("lookup", {"key": "a"}, call_id="c1")], [assistant_message("ok")]]
         )
-        cp = CachePilotAgents(make_pilot(), default_thread="spans")
+        cp = CachePilotAgents(make_pilot(), default_thread="spans", trace_metrics=True)
         agent = cp.wrap(Agent(name="a", tools=[lookup], model=model))
         asyncio.run(Runner.run(agent, "go", run_config=cp.run_config(), hooks=cp.hooks))
     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import re
 from pathlib import Path
@@ -19,6 +18,7 @@ from agents import (
     SQLiteSession,
     ToolOutputImage,
     function_tool,
+    handoff,
 )
 from agents.run_config import CallModelData, ModelInputData
 from agents.testing import ScriptedModel, assistant_message, function_call
@@ -27,6 +27,7 @@ from agents_helpers import (
     Clock,
     RecordingHooks,
     dumps,
+    eager_config,
     is_prefix,
     pairing_problems,
     reasoning_followers,
@@ -36,7 +37,7 @@ from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import BaseModel
 
-from cachepilot_agents import CachePilotAgents, prompt_cache_key_for
+from cachepilot_agents import CachePilotAgents, PilotModel, prompt_cache_key_for
 
 FILE_LINES = 80
 
@@ -157,32 +158,41 @@ def test_issue_usage_runs_as_is(make_pilot: Any, tmp_path: Path) -> None:
     assert names == ["read_file", "recall"]  # recall present from the first call
 
 
-def test_wrap_does_not_change_the_original_agent(make_pilot: Any) -> None:
+def test_wrap_keeps_the_agent_and_wraps_only_its_model(make_pilot: Any) -> None:
     cp = CachePilotAgents(make_pilot())
-    original = Agent(name="coder", tools=[read_file])
+    model = ScriptedModel([[assistant_message("hi")]])
+    target = Agent(name="target", model=ScriptedModel([]))
+    original = Agent(name="coder", tools=[read_file], model=model, handoffs=[handoff(target)])
     wrapped = cp.wrap(original)
-    assert original.tools == [read_file]
-    assert [t.name for t in wrapped.tools] == ["read_file", "recall"]  # type: ignore[union-attr]
-    assert cp.wrap(wrapped) is wrapped
-    with pytest.raises(ValueError, match="recall"):
-        cp.wrap(Agent(name="x", tools=[cp.recall_tool.__class__(**_recall_clone(cp))]))
+    assert wrapped is original and original.tools == [read_file]  # same agent, same tools
+    assert isinstance(original.model, PilotModel) and original.model.inner is model
+    assert isinstance(target.model, PilotModel)  # handoff() targets too
+    assert cp.wrap(original) is original and cp.model(original.model) is original.model
+    other = CachePilotAgents(make_pilot())
+    with pytest.raises(ValueError, match="another"):
+        other.model(original.model)
 
 
-def _recall_clone(cp: CachePilotAgents) -> dict[str, Any]:
-    tool = cp.recall_tool
-    return {
-        "name": "recall",
-        "description": "mine",
-        "params_json_schema": tool.params_json_schema,
-        "on_invoke_tool": tool.on_invoke_tool,
-        "strict_json_schema": False,
-    }
+def test_a_tool_of_the_users_named_recall_is_never_shadowed(make_pilot: Any) -> None:
+    @function_tool(name_override="recall")
+    def my_recall(ref: str) -> str:
+        """The user's own recall."""
+        return "mine"
+
+    model = ScriptedModel(
+        [[function_call("run_tests", {"pattern": "unit"}, call_id="t1")], [assistant_message("ok")]]
+    )
+    cp = CachePilotAgents(make_pilot(), default_thread="own-recall")
+    agent = cp.wrap(Agent(name="x", tools=[run_tests, my_recall], model=model))
+    asyncio.run(run(cp, agent, "go"))
+    assert [t.name for t in model.calls[0].tools] == ["run_tests", "recall"]  # the user's only
+    assert "recall(ref=" not in dumps(model.calls[-1].input)  # no ref the model cannot follow
 
 
 # --- ingestion and recall ---------------------------------------------------------------------
 
 
-def test_session_store_holds_reduced_outputs_and_recall_returns_originals(
+def test_session_store_holds_the_tools_outputs_and_recall_returns_originals(
     make_pilot: Any, tmp_path: Path
 ) -> None:
     expected = "\n".join(f"test_unit_{i} ... ok ({i * 37 % 1000} ms)" for i in range(6_000))
@@ -206,16 +216,24 @@ def test_session_store_holds_reduced_outputs_and_recall_returns_originals(
     cp = CachePilotAgents(pilot)
     agent = cp.wrap(Agent(name="coder", tools=[run_tests], model=model))
     session = SQLiteSession("user-2", tmp_path / "s.db")
-    asyncio.run(run(cp, agent, "run the tests", cp.session(session)))
+    result = asyncio.run(run(cp, agent, "run the tests", cp.session(session)))
+    assert result.final_output == "done"
 
     stored = asyncio.run(session.get_items())
     outputs = {i["call_id"]: i["output"] for i in stored if i.get("type") == "function_call_output"}
-    assert len(outputs["t1"]) < len(expected) // 10  # reduced at ingestion, in the store too
-    assert "recall(ref=" in outputs["t1"]
-    assert expected[:2_000] in outputs["r1"]  # recall served the original bytes
-    ref = re.search(r'recall\(ref="([0-9a-f]{12})"\)', outputs["t1"]).group(1)  # type: ignore[union-attr]
-    full = pilot.recall(ref, max_chars=10_000_000, thread="user-2")
-    assert expected in full
+    assert outputs == {"t1": expected}  # the tool's own output; recall never reaches the session
+    shown = next(i for i in model.calls[1].input if i.get("type") == "function_call_output")[
+        "output"
+    ]
+    assert len(shown) < len(expected) // 10 and "recall(ref=" in shown  # the model's view
+    answer = next(
+        i["output"]
+        for i in model.calls[2].input
+        if i.get("call_id") == "r1" and i.get("type") == "function_call_output"
+    )
+    assert expected[:2_000] in answer  # the wrapper served the original bytes
+    ref = re.search(r'recall\(ref="([0-9a-f]{12})"\)', shown).group(1)  # type: ignore[union-attr]
+    assert expected in pilot.recall(ref, max_chars=10_000_000, thread="user-2")
 
 
 class Report(BaseModel):
@@ -246,26 +264,38 @@ def test_structured_outputs_images_and_files(make_pilot: Any) -> None:
     ]
     steps.append([assistant_message("ok")])
     model = ScriptedModel(steps)
+    plain_model = ScriptedModel(steps)
     pilot = make_pilot()
     cp = CachePilotAgents(pilot, default_thread="media", max_media_chars=1_000)
     agent = cp.wrap(Agent(name="coder", tools=[structured], model=model))
     asyncio.run(run(cp, agent, "go"))
-    final = {
-        i["call_id"]: i["output"]
-        for i in model.calls[-1].input
-        if isinstance(i, dict) and i.get("type") == "function_call_output"
-    }
-    slim = json.loads(final["s0"].split("\n")[0])  # dict -> JSON text, nulls and empties slimmed
-    assert slim == {"rows": [{"id": 0}, {"id": 1}, {"id": 2}]}
-    assert json.loads(final["s1"].split("\n")[0]) == {"passed": 3, "failed": ["test_a"]}
+    asyncio.run(Runner.run(Agent(name="coder", tools=[structured], model=plain_model), "go"))
+
+    def outputs(m: ScriptedModel) -> dict[str, Any]:
+        return {
+            i["call_id"]: i["output"]
+            for i in m.calls[-1].input
+            if isinstance(i, dict) and i.get("type") == "function_call_output"
+        }
+
+    final, plain = outputs(model), outputs(plain_model)
+    # Whatever the SDK makes of each return reaches the model as is, except large media.
+    for call_id in ("s0", "s1", "s2", "s4", "s5"):
+        assert final[call_id] == plain[call_id]
     assert final["s2"][0]["type"] == "input_image"  # small media kept as is
-    assert final["s2"][0]["image_url"].endswith("A" * 100)
     huge = final["s3"]
     assert huge[0]["type"] == "input_text" and "recall(ref=" in huge[0]["text"]
+    assert plain["s3"][0]["type"] == "input_image"
     ref = re.search(r'recall\(ref="([0-9a-f]{12})"\)', huge[0]["text"]).group(1)  # type: ignore[union-attr]
     assert ("B" * 2_900) in pilot.recall(ref, max_chars=100_000, thread="media")
-    assert isinstance(final["s4"], str) and "binary" in final["s4"]  # bad bytes: no crash
-    assert [p["type"] for p in final["s5"]] == ["input_text", "input_image"]
+    # The same bytes on every later call (content-addressed archive).
+    shown = [
+        dumps(i)
+        for c in model.calls
+        for i in c.input
+        if i.get("call_id") == "s3" and i.get("type") == "function_call_output"
+    ]
+    assert len(shown) == 3 and len(set(shown)) == 1
 
 
 # --- the view over a long run -----------------------------------------------------------------
@@ -329,7 +359,10 @@ def _resume(
     db = tmp_path / "resume.db"
     first = ScriptedModel(coding_steps(turns))
     clock = Clock()
-    pilot1 = make_pilot()
+    # The restored plan is what is checked here: a finished-task fold at the new user turn
+    # would be one more maintenance point (tested in tests/core/test_maintenance.py).
+    no_task_folds = eager_config(fold_finished_tasks=False)
+    pilot1 = make_pilot(no_task_folds)
     cp1 = CachePilotAgents(pilot1, clock=clock)
     hooks1 = RecordingHooks(probe=lambda: len(pilot1.state("r").plan.epochs))
     agent1 = cp1.wrap(Agent(name="coder", tools=[read_file], model=first))
@@ -344,7 +377,7 @@ def _resume(
     )
     clock.now += idle_seconds
     second = ScriptedModel(coding_steps(8, prefix="d"))
-    pilot2 = make_pilot()  # a new process: fresh pilot, same archive file
+    pilot2 = make_pilot(no_task_folds)  # a new process: fresh pilot, same archive file
     cp2 = CachePilotAgents(pilot2, clock=clock)
     hooks2 = RecordingHooks(probe=lambda: len(pilot2.state("r").plan.epochs))
     agent2 = cp2.wrap(Agent(name="coder", tools=[read_file], model=second))
@@ -427,25 +460,27 @@ def test_user_filter_hooks_and_settings_keep_working(make_pilot: Any) -> None:
 
 
 def test_prompt_cache_key_per_thread(make_pilot: Any) -> None:
-    cp = CachePilotAgents(make_pilot())
-    a = cp.run_config(thread="alice")
-    b = cp.run_config(RunConfig(group_id="bob"))
-    assert a.model_settings is not None and b.model_settings is not None
-    key_a = a.model_settings.extra_args["prompt_cache_key"]  # type: ignore[index]
-    key_b = b.model_settings.extra_args["prompt_cache_key"]  # type: ignore[index]
-    assert key_a == prompt_cache_key_for("alice") and key_b == prompt_cache_key_for("bob")
-    assert key_a != key_b and "alice" not in key_a
-    mine = cp.run_config(
-        RunConfig(group_id="g", model_settings=ModelSettings(extra_args={"prompt_cache_key": "k"}))
-    )
-    assert mine.model_settings.extra_args == {"prompt_cache_key": "k"}  # type: ignore[union-attr]
-    # Unknown thread at build time (a session decides): the SDK's own session key applies.
-    assert cp.run_config().model_settings is None
+    def keys(config: RunConfig) -> list[Any]:
+        model = ScriptedModel([[assistant_message("hi")]])
+        agent = cp.wrap(Agent(name="x", model=model))
+        asyncio.run(Runner.run(agent, "hello", run_config=config))
+        return [c.model_settings.extra_args for c in model.calls]
 
-    model = ScriptedModel([[assistant_message("hi")]])
-    agent = cp.wrap(Agent(name="x", model=model))
-    asyncio.run(Runner.run(agent, "hello", run_config=a))
-    assert model.calls[0].model_settings.extra_args == {"prompt_cache_key": key_a}
+    cp = CachePilotAgents(make_pilot())
+    key_a = prompt_cache_key_for("alice")
+    assert keys(cp.run_config(thread="alice")) == [{"prompt_cache_key": key_a}]
+    assert keys(cp.run_config(RunConfig(group_id="bob"))) == [
+        {"prompt_cache_key": prompt_cache_key_for("bob")}
+    ]
+    assert "alice" not in key_a
+    mine = RunConfig(
+        group_id="g", model_settings=ModelSettings(extra_args={"prompt_cache_key": "k"})
+    )
+    assert keys(cp.run_config(mine)) == [{"prompt_cache_key": "k"}]  # yours is kept
+    # A run with no thread of its own: a key of its own scope, never a shared one.
+    first, second = keys(cp.run_config()), keys(cp.run_config())
+    assert first != second and first[0]["prompt_cache_key"].startswith("cachepilot-")
+    assert cp.run_config().model_settings is None  # the run config itself is not changed
 
 
 def test_threads_follow_sessions_then_group_then_default(make_pilot: Any, tmp_path: Path) -> None:
@@ -480,16 +515,16 @@ def test_handoffs_keep_working(make_pilot: Any) -> None:
     triage = Agent(name="triage", handoffs=[fixer], model=triage_model)
     cp = CachePilotAgents(make_pilot(), default_thread="handoff")
     wrapped = cp.wrap(triage)
-    assert wrapped.handoffs[0] is not fixer
+    assert wrapped is triage and wrapped.handoffs[0] is fixer
     result = asyncio.run(run(cp, wrapped, "please fix"))
     assert result.final_output == "fixed"
-    assert result.last_agent.name == "fixer"
+    assert result.last_agent is fixer
     last = fixer_model.calls[-1].input
     assert pairing_problems(list(last)) == []
     output = next(
         i for i in last if i.get("type") == "function_call_output" and i["call_id"] == "t1"
     )
-    assert "recall(ref=" in output["output"]  # the handed-off agent's tools are wrapped too
+    assert "recall(ref=" in output["output"]  # the handed-off agent reads the view too
 
 
 # --- items the plugin does not model -----------------------------------------------------------

@@ -79,7 +79,7 @@ def from_openai_chat(messages: Sequence[Mapping[str, Any]]) -> Conversation:
     Raises:
         ValueError: when a message is malformed or has an unsupported role.
     """
-    from cachepilot.sim.wire import request_from_chat
+    from cachepilot.wire import request_from_chat
 
     request = request_from_chat({"messages": _as_list(messages, "messages")})
     return Conversation(request.system, list(request.messages))
@@ -97,7 +97,7 @@ def from_responses(
     Raises:
         ValueError: when an item is malformed.
     """
-    from cachepilot.sim.wire import request_from_responses
+    from cachepilot.wire import request_from_responses
 
     items: Any = input if isinstance(input, str) else _as_list(input, "input")
     body: dict[str, Any] = {"input": items}
@@ -220,14 +220,14 @@ def to_messages(
 
 def to_openai_chat(system: str | None, messages: Sequence[Message]) -> list[dict[str, Any]]:
     """A prepared view as OpenAI Chat Completions `messages` (reasoning parts left out)."""
-    from cachepilot.sim.wire import chat_messages
+    from cachepilot.wire import chat_messages
 
     return chat_messages(system, messages)
 
 
 def to_responses(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """A prepared view as OpenAI Responses `input` items (send the system as `instructions`)."""
-    from cachepilot.sim.wire import responses_input
+    from cachepilot.wire import responses_input
 
     return responses_input(messages)
 

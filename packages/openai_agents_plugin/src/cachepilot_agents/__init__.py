@@ -1,22 +1,24 @@
 """cachepilot for the OpenAI Agents SDK: cache-aware context management through the SDK's own
-extension points (tool wrappers, `call_model_input_filter`, run hooks, sessions).
+extension points (`call_model_input_filter`, the model provider, sessions). It changes only
+what the model reads; the run's items, hooks, guardrails and sessions stay the plain SDK's.
 
 ```python
 from cachepilot import CachePilot
 from cachepilot_agents import CachePilotAgents
 
 cp = CachePilotAgents(CachePilot())
-agent = cp.wrap(Agent(name="coder", instructions=..., tools=[...]))
-result = await Runner.run(agent, task, run_config=cp.run_config(), hooks=cp.hooks,
-                          session=cp.session(SQLiteSession("user-1")))
+session = SQLiteSession("user-1")
+result = await Runner.run(agent, task, session=session, run_config=cp.run_config(session=session))
 ```
 """
 
 from __future__ import annotations
 
+from cachepilot_agents.filter import PilotInputFilter
 from cachepilot_agents.hooks import CachePilotHooks, RequestUsage
 from cachepilot_agents.items import Transcript, TranscriptBuilder
-from cachepilot_agents.plugin import CachePilotAgents, PilotInputFilter, prompt_cache_key_for
+from cachepilot_agents.model import PilotModel, PilotProvider
+from cachepilot_agents.plugin import CachePilotAgents, prompt_cache_key_for
 from cachepilot_agents.session import CachePilotSession
 from cachepilot_agents.state import (
     MemoryStateStore,
@@ -32,6 +34,8 @@ __all__ = [
     "CachePilotSession",
     "MemoryStateStore",
     "PilotInputFilter",
+    "PilotModel",
+    "PilotProvider",
     "RedisStateStore",
     "RequestUsage",
     "SQLAlchemyStateStore",

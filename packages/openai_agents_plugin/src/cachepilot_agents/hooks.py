@@ -1,8 +1,12 @@
-"""`CachePilotHooks`: run hooks that record each model call's usage, around the user's own."""
+"""`CachePilotHooks`: run hooks that forward to the user's own; `RequestUsage` records.
+
+The plugin needs no hooks: the model wrapper records each request's usage (recall rounds
+included). `CachePilotAgents.hooks` / `hooks_with(mine)` remain for code that passes them; they
+call every hook of the user's hooks with the arguments the SDK gave, unchanged.
+"""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +15,6 @@ from agents.items import ModelResponse, TResponseInputItem
 from agents.run_context import AgentHookContext, RunContextWrapper
 from agents.tool import Tool
 
-from cachepilot.metrics import agents_custom_span, call_metrics, thread_metrics
 from cachepilot.usage import Usage
 
 if TYPE_CHECKING:
@@ -19,12 +22,10 @@ if TYPE_CHECKING:
 
 __all__ = ["CachePilotHooks", "RequestUsage"]
 
-logger = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True, slots=True)
 class RequestUsage:
-    """The usage of one model call, as the provider reported it."""
+    """The usage of one model request, as the provider reported it."""
 
     thread: str
     """The pilot thread the call belonged to."""
@@ -37,11 +38,11 @@ class RequestUsage:
 
 
 class CachePilotHooks(RunHooks[Any]):
-    """`RunHooks` recording usage in the pilot on `on_llm_end`; every hook also runs `inner`'s.
+    """`RunHooks` that run every hook of `inner` (the user's), unchanged.
 
     Args:
-        owner: the `CachePilotAgents` whose pilot gets the usage.
-        inner: the user's own run hooks (called first, for every hook), or None.
+        owner: the `CachePilotAgents` they belong to.
+        inner: the user's own run hooks, or None.
     """
 
     def __init__(self, owner: CachePilotAgents, inner: RunHooks[Any] | None = None) -> None:
@@ -63,40 +64,9 @@ class CachePilotHooks(RunHooks[Any]):
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
-        """Forward, then record the call's usage (incl. cached and cache-write tokens)."""
+        """Forward to the user's hooks."""
         if self.inner is not None:
             await self.inner.on_llm_end(context, agent, response)
-        try:
-            usage = Usage.from_agents_sdk(response.usage)
-            thread = self._owner.current_thread()
-            self._owner.pilot.record_usage(usage, thread)
-            self._owner.requests.append(
-                RequestUsage(thread, str(agent.name), usage, getattr(response, "response_id", None))
-            )
-        except Exception:  # accounting must never cost the turn
-            logger.warning("could not record the usage of a model call", exc_info=True)
-            return
-        self._trace(thread, usage)
-
-    def _trace(self, thread: str, usage: Usage) -> None:
-        """The call's metrics as a custom span in the SDK's trace (never fails the call)."""
-        try:
-            pilot = self._owner.pilot
-            state = pilot.state(thread)
-            epochs = state.plan.epochs
-            record = call_metrics(
-                usage,
-                thread=thread,
-                call=state.calls,
-                provider=pilot.config.provider,
-                recalls=state.recalls,
-                epoch=epochs[-1].index if epochs else None,
-                epoch_reason=epochs[-1].reason if epochs else None,
-            )
-            with agents_custom_span(record, thread_metrics(state, thread)):
-                pass
-        except Exception:
-            logger.debug("thread %s: no metrics span", thread, exc_info=True)
 
     async def on_agent_start(self, context: AgentHookContext[Any], agent: Agent[Any]) -> None:
         """Forward to the user's hooks."""

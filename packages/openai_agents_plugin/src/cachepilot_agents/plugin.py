@@ -2,60 +2,69 @@
 
 ```python
 cp = CachePilotAgents(CachePilot())
-agent = cp.wrap(Agent(name="coder", instructions=..., tools=[...]))
-result = await Runner.run(agent, task, run_config=cp.run_config(), hooks=cp.hooks,
-                          session=cp.session(SQLiteSession("user-1")))
+session = SQLiteSession("user-1")
+result = await Runner.run(agent, task, session=session, run_config=cp.run_config(session=session))
 ```
 
-- `wrap(agent)`: a clone whose function tools ingest their results, plus the `recall` tool
-  (handoff agents are wrapped too).
-- `run_config(base)`: the base `RunConfig` (or a new one) with a `call_model_input_filter` that
-  rebuilds the pilot's view of the history before every model call. The SDK does not persist
-  what a filter returns, so the view is recomputed each call from the history and the
-  thread's persisted plan: byte-identical between maintenance points.
-- `hooks` / `hooks_with(user_hooks)`: run hooks recording each call's usage.
-- `session(inner)`: the inner session plus the thread's `PilotState` in a companion store.
+The run config is the one object to pass. It changes only what the model reads: tool return
+values, `RunResult` items, `final_output`, hooks, guardrails and session items stay exactly what
+the plain SDK produces.
 
-**Thread id** (whose plan, archive and state a call uses), first match wins:
-1. `run_config(thread=...)` or `run_config(session=...)`: pinned for that run config;
-2. the `session_id` of the cachepilot session the run uses (`session=cp.session(...)`);
-3. the run config's `group_id`;
-4. this `CachePilotAgents`'s default thread (`default_thread`).
+- `run_config(base)`: a copy of `base` (or a new `RunConfig`) whose `call_model_input_filter`
+  shows the model the pilot's view (`filter`, `view`), and whose model provider wraps every
+  model in `PilotModel` (`model`): the model is offered `recall` and the wrapper answers it.
+- `model(m)`: the wrapper for a `Model` instance an agent holds (the provider never sees
+  those); `wrap(agent)` does it in place for an agent and the agents it hands off to (the
+  agents stay the same objects). A model that is not wrapped reads the plain input.
+- `session(inner)`: optional; any `Session` whose id is the thread, with the thread's
+  `PilotState` kept beside it (`run_config(session=...)` does the same for a session passed
+  to the SDK as it is).
+- `hooks` / `hooks_with(user_hooks)`: optional; usage is recorded by the model wrapper.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
-import inspect
 import logging
+import threading
 import time
-import uuid
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from agents import Agent, FunctionTool, RunConfig, RunHooks
-from agents.handoffs import Handoff, handoff
+from agents import Agent, RunConfig, RunHooks
+from agents.handoffs import Handoff
 from agents.lifecycle import RunHooksBase
 from agents.memory import Session
 from agents.model_settings import ModelSettings
-from agents.run_config import CallModelData, CallModelInputFilter, ModelInputData
-from agents.tool_context import ToolContext
+from agents.models.interface import Model, ModelProvider
+from agents.run_config import ModelInputData
+from agents.usage import Usage as SdkUsage
 
 from cachepilot import CachePilot
 from cachepilot.artifacts.base import check_thread
+from cachepilot.metrics import agents_custom_span, call_metrics, thread_metrics
 from cachepilot.recall import RECALL_TOOL_NAME
-from cachepilot_agents._context import CURRENT_THREAD, SESSION_BINDING, next_stamp
+from cachepilot.usage import Usage
+from cachepilot_agents._context import PREPARED, PreparedCall
+from cachepilot_agents.exchanges import EXCHANGE_KIND, Exchange, ExchangeBook
+from cachepilot_agents.filter import PilotInputFilter
 from cachepilot_agents.hooks import CachePilotHooks, RequestUsage
 from cachepilot_agents.items import TranscriptBuilder
-from cachepilot_agents.session import CachePilotSession
+from cachepilot_agents.media import MediaNotes
+from cachepilot_agents.model import PilotModel, PilotProvider
+from cachepilot_agents.runs import RunScopes, current_run
+from cachepilot_agents.session import CachePilotSession, session_proxy
 from cachepilot_agents.state import (
     SQLiteStateStore,
     StateStore,
     default_state_path,
     state_store_for,
 )
-from cachepilot_agents.tools import ingesting_tool, recall_tool
+from cachepilot_agents.tools import answer_recall, recall_tool
+from cachepilot_agents.view import ToolSchemas, build_view
 
 __all__ = ["CachePilotAgents", "PilotInputFilter", "prompt_cache_key_for"]
 
@@ -64,7 +73,7 @@ logger = logging.getLogger(__name__)
 AgentT = TypeVar("AgentT", bound=Agent[Any])
 
 _PROMPT_CACHE_KEY = "prompt_cache_key"
-_MEMO_MAX = 64
+_MAX_REQUESTS = 10_000
 
 
 def prompt_cache_key_for(thread: str, prefix: str = "cachepilot") -> str:
@@ -82,66 +91,25 @@ def _has_cache_key(settings: ModelSettings | None) -> bool:
     )
 
 
-class PilotInputFilter:
-    """The `call_model_input_filter` of a `CachePilotAgents` run config.
-
-    Runs the user's own filter first (when the base run config had one), then replaces the
-    input with the pilot's view. Never mutates its input; on any failure the input is sent
-    as it came (logged).
-    """
-
-    def __init__(
-        self,
-        owner: CachePilotAgents,
-        user_filter: CallModelInputFilter | None,
-        thread: str | None,
-    ) -> None:
-        self.owner = owner
-        self.user_filter = user_filter
-        self.pinned_thread = thread
-        self.run_config: RunConfig | None = None
-        self._stamp = next_stamp()
-
-    def thread(self) -> str:
-        """The thread of the current call (see the module docstring for the rule)."""
-        if self.pinned_thread is not None:
-            return self.pinned_thread
-        binding = SESSION_BINDING.get()
-        if binding is not None and binding.owner == id(self.owner) and binding.stamp > self._stamp:
-            return binding.thread
-        group = self.run_config.group_id if self.run_config is not None else None
-        if isinstance(group, str) and group.strip():
-            return group.strip()
-        return self.owner.default_thread
-
-    async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
-        """Filter one model call's input."""
-        if self.user_filter is not None:
-            result = self.user_filter(data)
-            updated = await result if inspect.isawaitable(result) else result
-            if not isinstance(updated, ModelInputData):
-                raise TypeError("the user's call_model_input_filter must return ModelInputData")
-            data = CallModelData(model_data=updated, agent=data.agent, context=data.context)
-        return await self.owner.filter_input(data.model_data, data.agent, self.thread())
-
-
 class CachePilotAgents:
     """cachepilot for the OpenAI Agents SDK (see the module docstring).
 
     Args:
         pilot: the `CachePilot` doing the work (its config, archive and per-thread state).
-        default_thread: the thread of runs with no session, pinned thread or group id; by
-            default a fresh id per `CachePilotAgents`, so instances never mix their threads.
-        state_store: where `session()` keeps the state of sessions that have no companion
-            store of their own (see `cachepilot_agents.state`); by default an SQLite file next
-            to the pilot's archive.
+        default_thread: a thread for runs with no session, pinned thread or group id. By
+            default such a run gets a scope of its own, dropped when it ends: nothing is
+            shared between runs through a default thread.
+        state_store: where sessions that have no companion store of their own keep the pilot
+            state (see `cachepilot_agents.state`); by default an SQLite file next to the
+            pilot's archive.
         clock: the time source for the cold-cache rule (seconds since the epoch); `time.time`.
-        max_media_chars: inline image / file data (data URL or base64) longer than this is
-            archived and replaced by a text note; shorter media reach the model unchanged.
-        set_prompt_cache_key: add a thread-derived `prompt_cache_key` to the run config's
-            model settings when the thread is known when the run config is built and no key
-            is set there yet.
+        max_media_chars: inline image / file data in tool results longer than this is
+            archived and the model reads a note naming it; shorter media reach it unchanged.
+        set_prompt_cache_key: give model calls that carry no `prompt_cache_key` (neither the
+            SDK's nor yours) a thread-derived one, so threads never share a key.
         cache_key_prefix: prefix of those keys.
+        trace_metrics: add a `cachepilot` custom span with each request's cache metrics to the
+            SDK's trace (off by default: the trace stays the plain SDK's).
     """
 
     def __init__(
@@ -154,6 +122,7 @@ class CachePilotAgents:
         max_media_chars: int = 1_000_000,
         set_prompt_cache_key: bool = True,
         cache_key_prefix: str = "cachepilot",
+        trace_metrics: bool = False,
     ) -> None:
         if not isinstance(pilot, CachePilot):
             raise ValueError(f"pilot must be a CachePilot, not {type(pilot).__name__}")
@@ -168,29 +137,50 @@ class CachePilotAgents:
         if state_store is not None and not isinstance(state_store, StateStore):
             raise ValueError("state_store must implement load / save / delete (StateStore)")
         self._pilot = pilot
-        self.default_thread = default_thread or f"agents-{uuid.uuid4().hex[:12]}"
+        self.fixed_default_thread = default_thread
         self._state_store = state_store
         self._clock = clock or time.time
         self._max_media_chars = max_media_chars
         self.set_prompt_cache_key = set_prompt_cache_key
         self.cache_key_prefix = cache_key_prefix
+        self.trace_metrics = trace_metrics
         self.requests: list[RequestUsage] = []
-        """Usage of every model call seen by `hooks`, in order."""
+        """Usage of the latest model requests (bounded), in order."""
         self._hooks = CachePilotHooks(self)
-        self._recall = recall_tool(self)
+        self._recall = recall_tool()
+        self.exchanges = ExchangeBook()
+        self.media = MediaNotes(pilot, max_media_chars)
+        self.tool_schemas = ToolSchemas()
         self._builders: dict[str, TranscriptBuilder] = {}
         self._stores: dict[str, StateStore] = {}
         self._loaded: set[str] = set()
         self._saved: dict[str, str] = {}
-        self._schemas: dict[tuple[int, ...], tuple[tuple[object, ...], list[dict[str, Any]]]] = {}
+        self._lock = threading.Lock()
+        self._models: dict[int, tuple[weakref.ref[Model], weakref.ref[PilotModel]]] = {}
+        self._run_end: dict[int, tuple[weakref.ref[Any], list[RunEnd]]] = {}
+        self._scopes = RunScopes(self._release_scope)
+        self._session_stores: weakref.WeakKeyDictionary[Any, StateStore] = (
+            weakref.WeakKeyDictionary()
+        )
         self._warned: set[str] = set()
 
-    # --- properties used by the tool wrappers ------------------------------------------------
+    def __copy__(self) -> CachePilotAgents:
+        return self  # a service (pilot, stores, locks): copies of configs share it
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CachePilotAgents:
+        return self
+
+    # --- properties --------------------------------------------------------------------------
 
     @property
     def pilot(self) -> CachePilot:
         """The pilot."""
         return self._pilot
+
+    @property
+    def default_thread(self) -> str | None:
+        """The thread given for runs without one (None: each such run has its own scope)."""
+        return self.fixed_default_thread
 
     @property
     def max_media_chars(self) -> int:
@@ -205,69 +195,14 @@ class CachePilotAgents:
         return self._state_store
 
     @property
-    def recall_tool(self) -> FunctionTool:
-        """The `recall` FunctionTool `wrap` adds."""
+    def recall_tool(self) -> Any:
+        """The `recall` tool as models are offered it (a `FunctionTool`; the SDK never runs it)."""
         return self._recall
 
-    # --- threads -----------------------------------------------------------------------------
-
-    def current_thread(self) -> str:
-        """The thread of the model call running in this task (the default thread outside)."""
-        current = CURRENT_THREAD.get()
-        if current is not None and current[0] == id(self):
-            return current[1]
-        return self.default_thread
-
-    def tool_thread(self, context: ToolContext[Any]) -> str:
-        """The thread a tool call belongs to."""
-        current = CURRENT_THREAD.get()
-        if current is not None and current[0] == id(self):
-            return current[1]
-        config = getattr(context, "run_config", None)
-        filt = getattr(config, "call_model_input_filter", None)
-        if isinstance(filt, PilotInputFilter) and filt.owner is self:
-            return filt.thread()
-        return self.default_thread
-
-    # --- wrap --------------------------------------------------------------------------------
-
-    def wrap(self, agent: AgentT) -> AgentT:
-        """A clone of `agent` (and of the agents it hands off to) with ingesting tools + recall.
-
-        Function tools are wrapped (see `cachepilot_agents.tools`); hosted tools, MCP servers,
-        `Handoff` objects and everything else stay as they are. The original agent is not
-        changed. The tool list is fixed here, so it never changes mid-thread.
-
-        Raises:
-            ValueError: when the agent already has a different tool named `recall`.
-        """
-        if not isinstance(agent, Agent):
-            raise ValueError(f"wrap expects an agents.Agent, not {type(agent).__name__}")
-        return self._wrap(agent, {})
-
-    def _wrap(self, agent: AgentT, memo: dict[int, Agent[Any]]) -> AgentT:
-        known = memo.get(id(agent))
-        if known is not None:
-            return cast("AgentT", known)
-        if any(t is self._recall for t in agent.tools):
-            return agent  # wrapped already
-        tools: list[Any] = []
-        for tool in agent.tools:
-            if isinstance(tool, FunctionTool) and tool.name == RECALL_TOOL_NAME:
-                raise ValueError(
-                    f"agent {agent.name!r} already has a tool named {RECALL_TOOL_NAME!r}; "
-                    "rename it or turn the pilot's recall tool off (Config(recall_tool=False))"
-                )
-            tools.append(ingesting_tool(self, tool) if isinstance(tool, FunctionTool) else tool)
-        if self._pilot.config.recall_tool:
-            tools.append(self._recall)
-        clone = cast("AgentT", agent.clone(tools=tools))
-        memo[id(agent)] = clone
-        clone.handoffs = [
-            self._wrap(target, memo) if isinstance(target, Agent) else target
-            for target in agent.handoffs
-        ]
-        return clone
+    @property
+    def live_scopes(self) -> int:
+        """Runs alive with a scope of their own."""
+        return len(self._scopes)
 
     # --- run config --------------------------------------------------------------------------
 
@@ -278,46 +213,122 @@ class CachePilotAgents:
         thread: str | None = None,
         session: Session | None = None,
     ) -> RunConfig:
-        """A copy of `base` (or a new `RunConfig`) with the pilot's input filter.
+        """A copy of `base` (or a new `RunConfig`) with the pilot's filter and model provider.
 
-        The user's own `call_model_input_filter` keeps running, before the pilot's. Everything
-        else in `base` is kept. `thread` (or `session`'s id) pins the thread for runs with this
-        config. When the thread is known here (pinned, or `base.group_id`) and no
-        `prompt_cache_key` is set in `base.model_settings`, a thread-derived key is added to
-        its `extra_args` (the SDK itself sets one only for official OpenAI endpoints, and only
-        per run when there is no session or group id).
+        The user's own `call_model_input_filter` keeps running, before the pilot's; the
+        user's model provider (or `base.model`) is wrapped, not replaced; everything else in
+        `base` is kept. `thread` pins the thread for runs with this config; `session` makes
+        the session's id the thread (read at each call: ids may be created lazily) and keeps
+        its pilot state beside it. Model calls that carry no `prompt_cache_key` (the SDK sets
+        one only for official OpenAI endpoints) get a thread-derived one.
         """
         if base is not None and not isinstance(base, RunConfig):
             raise ValueError(f"base must be a RunConfig, not {type(base).__name__}")
-        if thread is None and session is not None:
-            thread = getattr(session, "session_id", None)
         if thread is not None:
             check_thread(thread)
+        if session is not None:
+            for name in ("get_items", "add_items"):
+                if not callable(getattr(session, name, None)):
+                    raise ValueError(f"session must be an Agents SDK Session (missing {name}())")
+            if isinstance(session, CachePilotSession) and session._owner is not self:
+                raise ValueError("this session is wrapped by another CachePilotAgents")
         config = dataclasses.replace(base) if base is not None else RunConfig()
         user_filter = config.call_model_input_filter
         if isinstance(user_filter, PilotInputFilter) and user_filter.owner is self:
             user_filter = user_filter.user_filter  # the base was one of ours: never stack twice
-        pilot_filter = PilotInputFilter(self, user_filter, thread)
+        pilot_filter = PilotInputFilter(self, user_filter, thread, session)
         config.call_model_input_filter = pilot_filter
         pilot_filter.run_config = config
-        known = thread or (config.group_id.strip() if config.group_id else None)
-        if self.set_prompt_cache_key and known and not _has_cache_key(config.model_settings):
-            key = prompt_cache_key_for(known, self.cache_key_prefix)
-            extra = ModelSettings(extra_args={_PROMPT_CACHE_KEY: key})
-            config.model_settings = (
-                config.model_settings.resolve(extra) if config.model_settings else extra
-            )
+        provider: ModelProvider | None = config.model_provider
+        if isinstance(provider, PilotProvider) and provider._owner is self:
+            provider = provider.inner
+        # A run config of the user's keeps its provider (the SDK never closes it); without
+        # one, the plugin makes one per run and closes it, as the SDK does without a config.
+        config.model_provider = PilotProvider(self, provider if base is not None else None)
+        if isinstance(config.model, Model):
+            config.model = self.model(config.model)
         return config
+
+    # --- models ------------------------------------------------------------------------------
+
+    def model(self, model: Model) -> PilotModel:
+        """The plugin's wrapper of `model` (one per model object; a wrapper is returned as is)."""
+        if isinstance(model, PilotModel):
+            if model.owner is not self:
+                raise ValueError("this model is wrapped by another CachePilotAgents")
+            return model
+        if not isinstance(model, Model):
+            raise ValueError(f"model must be an Agents SDK Model, not {type(model).__name__}")
+        with self._lock:
+            found = self._models.get(id(model))
+            if found is not None:
+                known, wrapper = found[0](), found[1]()
+                if known is model and wrapper is not None:
+                    return wrapper
+            wrapped = PilotModel(self, model)
+            try:  # held weakly: the wrapper lives as long as whoever holds it (an agent...)
+                self._models[id(model)] = (weakref.ref(model), weakref.ref(wrapped))
+            except TypeError:  # not weak-referenceable: no memo
+                return wrapped
+            weakref.finalize(wrapped, self._forget_model, id(model))
+            return wrapped
+
+    def _forget_model(self, key: int) -> None:
+        with self._lock:
+            found = self._models.get(key)
+            if found is not None and found[1]() is None:
+                del self._models[key]
+
+    def wrap(self, agent: AgentT) -> AgentT:
+        """Give `agent` (and the agents it hands off to) the model wrapper, in place.
+
+        Needed only for agents that hold a `Model` instance: models resolved by name come
+        from the run config's provider, wrapped already. The agent objects stay the same
+        (identity, tools, hooks, handoffs untouched); only their `model` attribute becomes
+        the wrapper, which is a pass-through outside runs with this plugin's run config.
+        Returns `agent`.
+        """
+        if not isinstance(agent, Agent):
+            raise ValueError(f"wrap expects an agents.Agent, not {type(agent).__name__}")
+        seen: set[int] = set()
+        pending: list[Agent[Any]] = [agent]
+        while pending:
+            current = pending.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            if isinstance(current.model, Model):
+                current.model = self.model(current.model)
+            for target in current.handoffs:
+                if isinstance(target, Agent):
+                    pending.append(target)
+                elif isinstance(target, Handoff):
+                    ref = getattr(target, "_agent_ref", None)
+                    found = ref() if callable(ref) else None
+                    if isinstance(found, Agent):
+                        pending.append(found)
+        return agent
+
+    def model_is_ours(self, agent: Agent[Any], config: RunConfig | None) -> bool:
+        """Whether the SDK will call one of this plugin's wrappers for `agent` under `config`
+        (the SDK's own resolution order: run config model, agent model, provider)."""
+        provider = config.model_provider if config is not None else None
+        chosen = config.model if config is not None else None
+        if isinstance(chosen, Model):
+            return isinstance(chosen, PilotModel) and chosen.owner is self
+        if not isinstance(chosen, str) and isinstance(agent.model, Model):
+            return isinstance(agent.model, PilotModel) and agent.model.owner is self
+        return isinstance(provider, PilotProvider) and provider._owner is self
 
     # --- hooks -------------------------------------------------------------------------------
 
     @property
     def hooks(self) -> CachePilotHooks:
-        """Run hooks recording every model call's usage (pass as `Runner.run(hooks=...)`)."""
+        """Run hooks (optional: they only forward; usage is recorded by the model wrapper)."""
         return self._hooks
 
     def hooks_with(self, user_hooks: RunHooks[Any] | None) -> CachePilotHooks:
-        """Hooks that run `user_hooks` (every hook) and record usage."""
+        """Hooks that run `user_hooks` (every hook); the same as passing `user_hooks`."""
         if user_hooks is not None and not isinstance(user_hooks, RunHooksBase):
             raise ValueError(f"user_hooks must be RunHooks, not {type(user_hooks).__name__}")
         return CachePilotHooks(self, user_hooks)
@@ -327,8 +338,12 @@ class CachePilotAgents:
     def session(self, inner: Session, *, store: StateStore | None = None) -> CachePilotSession:
         """Wrap any Agents SDK `Session`; its `session_id` becomes the pilot thread.
 
+        Items pass through unchanged; the proxy reports the inner session's class, so the SDK
+        treats it as the session it wraps.
+
         Args:
-            inner: the session holding the history (SQLite, SQLAlchemy, Redis, your own...).
+            inner: the session holding the history (SQLite, SQLAlchemy, Redis, OpenAI
+                conversations, your own...).
             store: where the pilot state goes; by default the session's companion store
                 (`cachepilot_agents.state.state_store_for`).
         """
@@ -342,14 +357,27 @@ class CachePilotAgents:
         if store is not None and not isinstance(store, StateStore):
             raise ValueError("store must implement load / save / delete (StateStore)")
         chosen = store or state_store_for(inner, _LazyStore(self))
-        return CachePilotSession(self, inner, chosen)
+        return session_proxy(self, inner, chosen)
+
+    async def attach_session(self, thread: str, session: Session) -> None:
+        """Attach `thread` to the companion store of `session` (a session not wrapped)."""
+        if isinstance(session, CachePilotSession):
+            await self.attach(thread, session.store)
+            return
+        store = self._session_stores.get(session) if _weakrefable(session) else None
+        if store is None:
+            store = state_store_for(session, _LazyStore(self))
+            if _weakrefable(session):
+                self._session_stores[session] = store
+        await self.attach(thread, store)
 
     async def attach(self, thread: str, store: StateStore) -> None:
-        """Keep `thread`'s state in `store`; load it from there once per process."""
+        """Keep `thread`'s state in `store`; load it (and its recall exchanges) once."""
         self._stores[thread] = store
         if thread in self._loaded:
             return
         self._loaded.add(thread)
+        await self._load_exchanges(thread)
         try:
             text = await store.load(thread)
         except Exception:
@@ -384,79 +412,242 @@ class CachePilotAgents:
             await store.delete(thread)
         except Exception:
             logger.error("thread %s: could not delete the saved state", thread, exc_info=True)
-        from cachepilot import PilotState
-
-        self._pilot.load_state(thread, PilotState())
+        self._pilot.drop_thread(thread, artifacts=False)
         self._saved.pop(thread, None)
         self._builders.pop(thread, None)
+        self.exchanges.forget(thread)
+        self.media.forget(thread)
+        try:
+            for info in await asyncio.to_thread(self._pilot.store.list, thread):
+                if info.meta.get("kind") == EXCHANGE_KIND:
+                    await asyncio.to_thread(self._pilot.store.delete, thread, info.ref)
+        except Exception:
+            logger.warning("thread %s: recall exchanges not deleted", thread, exc_info=True)
+
+    # --- runs and scopes ---------------------------------------------------------------------
+
+    def run_scope(self, run: object) -> str:
+        """The scope of a run with no thread of its own (created on first use)."""
+        return self._scopes.scope(run)
+
+    def at_run_end(self, run: object, callback: RunEnd) -> None:
+        """Call `callback(run)` when `run` ends (once)."""
+        with self._lock:
+            found = self._run_end.get(id(run))
+            if found is None or found[0]() is not run:
+                found = (weakref.ref(run), [])
+                self._run_end[id(run)] = found
+                weakref.finalize(run, self._run_end.pop, id(run), None)
+            found[1].append(callback)
+
+    async def run_ended(self) -> None:
+        """The end of the run executing in this task: release its scope and resources."""
+        PREPARED.set(None)  # the last call's view is not kept alive by the caller's context
+        run = current_run()
+        if run is None:
+            return
+        with self._lock:
+            found = self._run_end.pop(id(run), None)
+        if found is not None and found[0]() is run:
+            for callback in found[1]:
+                try:
+                    await callback(run)
+                except Exception:
+                    logger.warning("a run-end cleanup failed", exc_info=True)
+        if self._scopes.known(run) is not None:
+            await asyncio.to_thread(self._scopes.end, run)
+
+    def _release_scope(self, scope: str) -> None:
+        """Everything a run's own scope held: memory, its archive, its exchanges."""
+        self._pilot.drop_thread(scope)
+        self._builders.pop(scope, None)
+        self.exchanges.forget(scope)
+        self.media.forget(scope)
+        self._saved.pop(scope, None)
 
     # --- the filter's work -------------------------------------------------------------------
 
+    def builder(self, thread: str) -> TranscriptBuilder:
+        """The transcript builder of `thread`."""
+        with self._lock:
+            return self._builders.setdefault(thread, TranscriptBuilder())
+
+    def recall_offered(self, agent: Agent[Any], config: RunConfig | None) -> bool:
+        """Whether the model of `agent` may be offered `recall` (refs are shown only then).
+
+        The wrapper offers it only when something could be recalled (function tools, tool
+        results or maintenance epochs; see `PilotModel`).
+        """
+        if not self._pilot.config.recall_tool or not self.model_is_ours(agent, config):
+            return False
+        names = {getattr(t, "name", None) for t in agent.tools}
+        return RECALL_TOOL_NAME not in names
+
     async def filter_input(
-        self, model_data: ModelInputData, agent: Agent[Any], thread: str
+        self,
+        model_data: ModelInputData,
+        agent: Agent[Any],
+        thread: str,
+        source: PilotInputFilter,
     ) -> ModelInputData:
         """The pilot's view of one model call's input, for `thread`."""
-        CURRENT_THREAD.set((id(self), thread))
-        items = list(model_data.input)
+        PREPARED.set(None)
+        config = source.run_config
+        provider = config.model_provider if config is not None else None
+        if isinstance(provider, PilotProvider) and provider._owner is self:
+            provider.for_run(current_run())  # a run's provider exists from its start
+        if not self.model_is_ours(agent, config):
+            # A model the plugin cannot reach (a Model instance that was not wrapped): it
+            # reads the plain input, so no ref is ever shown to a model that cannot recall.
+            self._warn_foreign(agent)
+            return _plain(model_data)
         try:
-            builder = self._builders.setdefault(thread, TranscriptBuilder())
-            transcript = builder.build(items)
-            tools = self._tool_schemas(agent)
-            system, view, _ = await self._pilot.aprepare(
-                model_data.instructions, transcript.messages, tools, thread, now=self._clock()
+            data, call = await build_view(
+                self,
+                model_data,
+                agent,
+                thread,
+                recall=self.recall_offered(agent, config),
+                now=self._clock,
+                strip_reasoning_ids=(
+                    config is not None and config.reasoning_item_id_policy == "omit"
+                ),
             )
-            out = transcript.render(view, self._pilot.state(thread).plan)
         except Exception:
             logger.warning(
                 "thread %s: cachepilot could not prepare this call; input sent unchanged",
                 thread,
                 exc_info=True,
             )
-            return ModelInputData(input=items, instructions=model_data.instructions)
-        await self.save_state(thread)
-        return ModelInputData(input=out, instructions=system)
+            return _plain(model_data)
+        PREPARED.set(call)
+        return data
 
-    def _tool_schemas(self, agent: Agent[Any]) -> list[dict[str, Any]]:
-        """Chat-style schemas of the agent's function tools and handoffs (memoised)."""
-        sources: tuple[object, ...] = (agent, *agent.tools, *agent.handoffs)
-        key = tuple(id(s) for s in sources)
-        hit = self._schemas.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], sources, strict=True)):
-            return hit[1]
-        schemas: list[dict[str, Any]] = []
-        names: set[str] = set()
-        for tool in agent.tools:
-            if isinstance(tool, FunctionTool):
-                names.add(tool.name)
-                schemas.append(_schema(tool.name, tool.description, tool.params_json_schema))
-        for target in agent.handoffs:
-            try:
-                item = target if isinstance(target, Handoff) else handoff(target)
-            except Exception:
-                continue
-            schemas.append(_schema(item.tool_name, item.tool_description, item.input_json_schema))
-        if (
-            self._pilot.config.recall_tool
-            and RECALL_TOOL_NAME not in names
-            and agent.name not in self._warned
-        ):
-            self._warned.add(agent.name)
-            logger.warning(
-                "agent %r was not wrapped with CachePilotAgents.wrap: its tool results are not "
-                "reduced and the model cannot call recall",
-                agent.name,
+    def _warn_foreign(self, agent: Agent[Any]) -> None:
+        name = str(agent.name)
+        if name in self._warned:
+            return
+        self._warned.add(name)
+        logger.warning(
+            "agent %r holds a model cachepilot does not wrap: its calls are sent as they are "
+            "(wrap it with CachePilotAgents.model(...) or .wrap(agent))",
+            name,
+        )
+
+    # --- what the model wrapper asks ---------------------------------------------------------
+
+    def claim(self, instructions: str | None, items: object) -> PreparedCall | None:
+        """The prepared call this model call is, or None (then the wrapper passes through)."""
+        call = PREPARED.get()
+        if call is None or call.owner != id(self) or call.instructions != instructions:
+            return None
+        if isinstance(items, list):
+            last = items[-1] if items else None
+            if last is not call.last_item:
+                return None
+        return call
+
+    def with_cache_key(self, call: PreparedCall | None, settings: ModelSettings) -> ModelSettings:
+        """`settings` with the thread's `prompt_cache_key` when the call carries none."""
+        if call is None or not self.set_prompt_cache_key or _has_cache_key(settings):
+            return settings
+        key = prompt_cache_key_for(call.thread, self.cache_key_prefix)
+        return dataclasses.replace(
+            settings, extra_args={**(settings.extra_args or {}), _PROMPT_CACHE_KEY: key}
+        )
+
+    async def answer_recall(self, arguments: str, call: PreparedCall) -> str:
+        """The answer to one recall call of `call`'s model."""
+        try:
+            return await answer_recall(self._pilot, arguments, call.thread)
+        except Exception:
+            logger.warning("thread %s: recall failed", call.thread, exc_info=True)
+            return "[recall failed: the archive could not be read; try again later]"
+
+    async def add_exchange(self, call: PreparedCall, items: list[Any]) -> None:
+        """Keep a recall exchange in the thread's views (archived when the thread persists)."""
+        if call.anchor is None:
+            return
+        exchange = self.exchanges.add(call.thread, call.anchor, items)
+        if call.thread not in self._stores:
+            return
+        try:
+            await asyncio.to_thread(
+                self._pilot.store.put,
+                call.thread,
+                exchange.to_json(),
+                meta={"kind": EXCHANGE_KIND, "seq": exchange.seq},
+                media_type="application/json",
             )
-        self._schemas[key] = (sources, schemas)
-        if len(self._schemas) > _MEMO_MAX:
-            self._schemas.pop(next(iter(self._schemas)))
-        return schemas
+        except Exception:
+            logger.warning("thread %s: recall exchange not archived", call.thread, exc_info=True)
+
+    async def _load_exchanges(self, thread: str) -> None:
+        try:
+            infos = await asyncio.to_thread(self._pilot.store.list, thread)
+            found: list[Exchange] = []
+            for info in infos:
+                if info.meta.get("kind") != EXCHANGE_KIND:
+                    continue
+                artifact = await asyncio.to_thread(self._pilot.store.get, thread, info.ref)
+                parsed = Exchange.from_json(artifact.text) if artifact is not None else None
+                if parsed is not None:
+                    found.append(parsed)
+        except Exception:
+            logger.warning("thread %s: recall exchanges not restored", thread, exc_info=True)
+            return
+        if found:
+            self.exchanges.load(thread, found)
+
+    def record_usage(self, call: PreparedCall, usage: SdkUsage, response_id: str | None) -> None:
+        """Record one model request's usage (never fails the call)."""
+        try:
+            record = Usage.from_agents_sdk(usage)
+            self._pilot.record_usage(record, call.thread)
+            self.requests.append(RequestUsage(call.thread, call.agent, record, response_id))
+            if len(self.requests) > _MAX_REQUESTS:
+                del self.requests[: len(self.requests) - _MAX_REQUESTS]
+        except Exception:
+            logger.warning("could not record the usage of a model call", exc_info=True)
+            return
+        if self.trace_metrics:
+            self._trace(call.thread, record)
+
+    def _trace(self, thread: str, usage: Usage) -> None:
+        """The call's metrics as a custom span in the SDK's trace (never fails the call)."""
+        try:
+            pilot = self._pilot
+            state = pilot.state(thread)
+            epochs = state.plan.epochs
+            record = call_metrics(
+                usage,
+                thread=thread,
+                call=state.calls,
+                provider=pilot.config.provider,
+                recalls=state.recalls,
+                epoch=epochs[-1].index if epochs else None,
+                epoch_reason=epochs[-1].reason if epochs else None,
+            )
+            with agents_custom_span(record, thread_metrics(state, thread)):
+                pass
+        except Exception:
+            logger.debug("thread %s: no metrics span", thread, exc_info=True)
 
 
-def _schema(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {"name": name, "description": description, "parameters": parameters},
-    }
+RunEnd = Callable[[object], Awaitable[None]]
+
+
+def _plain(model_data: ModelInputData) -> ModelInputData:
+    """The input as it came (a copy of the list; items untouched)."""
+    return ModelInputData(input=list(model_data.input), instructions=model_data.instructions)
+
+
+def _weakrefable(value: object) -> bool:
+    try:
+        weakref.ref(value)
+    except TypeError:
+        return False
+    return True
 
 
 class _LazyStore:

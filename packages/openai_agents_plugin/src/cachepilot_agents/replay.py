@@ -192,12 +192,9 @@ async def run_script(
     inner = SQLiteSession(session_id or f"replay-{uuid.uuid4().hex[:12]}")
     session: Any = inner
     config = base or RunConfig()
-    hooks: Any = None
     if plugin is not None:
-        agent = plugin.wrap(agent)
-        session = plugin.session(inner)
-        config = plugin.run_config(base, session=session)
-        hooks = plugin.hooks
+        agent = plugin.wrap(agent)  # the agent holds a model instance: wrap it in place
+        config = plugin.run_config(base, session=inner)
     config.tracing_disabled = True
     run = ReplayRun(records=[])
     try:
@@ -208,7 +205,6 @@ async def run_script(
                         agent,
                         text,
                         run_config=config,
-                        hooks=hooks,
                         session=session,
                         max_turns=turns,
                     )
@@ -220,7 +216,6 @@ async def run_script(
                         agent,
                         text,
                         run_config=config,
-                        hooks=hooks,
                         session=session,
                         max_turns=turns,
                     )

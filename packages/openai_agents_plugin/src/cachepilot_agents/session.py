@@ -1,11 +1,15 @@
-"""`CachePilotSession`: any Agents SDK `Session`, plus the thread's `PilotState`.
+"""`CachePilotSession`: any Agents SDK `Session`, plus the thread's `PilotState` beside it.
 
-The history stays in the wrapped session exactly as the SDK writes it (tool outputs already
-reduced at ingestion); the pilot's state (maintenance plan, frozen volatile values, counters,
-time of the last call) is kept beside it in a companion `StateStore`, never as items. A new
-process that opens the same session rebuilds the same view; when the provider cache went cold
-in between (idle longer than its TTL), the first call of the resumed session is a free
-maintenance point and prunes once.
+Items pass through untouched in both directions: the history is exactly what the plain SDK
+writes and reads. The proxy only notes, whenever the SDK reads or writes the session, that the
+current run belongs to the session's thread, loads that thread's state once per process, and
+saves it after writes. The pilot's state (maintenance plan, frozen volatile values, counters,
+time of the last call) lives in a companion `StateStore`, never as items.
+
+The SDK treats some sessions by their class (an `OpenAIConversationsSession` keeps server item
+ids, for one); the proxy reports the inner session's class, so `isinstance` checks see the
+session the user built and the SDK behaves as without cachepilot. A session whose id is
+created lazily (a new OpenAI conversation) is read only after the SDK initialized it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from agents.items import TResponseInputItem
 from agents.memory import Session, SessionSettings
 
 from cachepilot_agents._context import SESSION_BINDING, SessionBinding, next_stamp
+from cachepilot_agents.runs import current_run
 
 if TYPE_CHECKING:
     from agents.run_context import RunContextWrapper
@@ -25,37 +30,69 @@ if TYPE_CHECKING:
     from cachepilot_agents.plugin import CachePilotAgents
     from cachepilot_agents.state import StateStore
 
-__all__ = ["CachePilotSession"]
+__all__ = ["CachePilotSession", "ContextAwareSession", "session_proxy", "session_thread"]
 
 logger = logging.getLogger(__name__)
 
 
-def _accepts_wrapper(method: Any) -> bool:
+def _context_aware(session: object) -> bool:
+    """Whether the SDK hands `session` its run context (every history method takes `wrapper`)."""
     try:
-        params = inspect.signature(method).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(
-        p.name == "wrapper" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params
-    )
+        from agents.memory.session import _session_accepts_wrapper
+
+        return bool(_session_accepts_wrapper(session))
+    except ImportError:  # pragma: no cover - other SDK versions
+        pass
+    for name in ("get_items", "add_items", "pop_item", "clear_session"):
+        try:  # pragma: no cover - other SDK versions
+            params = inspect.signature(getattr(session, name)).parameters.values()
+        except Exception:  # pragma: no cover
+            return False
+        if not any(  # pragma: no cover
+            p.name == "wrapper" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            for p in params
+        ):
+            return False
+    return True  # pragma: no cover
+
+
+def session_thread(session: object) -> str | None:
+    """The thread of a session: its non-empty string `session_id`, None when not (yet) known."""
+    try:
+        session_id = getattr(session, "session_id", None)
+    except ValueError:  # created lazily: not initialized yet
+        return None
+    if isinstance(session_id, str) and session_id.strip():
+        return session_id
+    return None
 
 
 class CachePilotSession:
-    """A `Session` that delegates history to `inner` and keeps the pilot state beside it.
+    """A `Session` that delegates everything to `inner` and keeps the pilot state beside it.
 
-    Made by `CachePilotAgents.session(inner)`. Its `session_id` is the inner one and is the
-    pilot's thread id. Attributes it does not define (e.g. `close`, `run_compaction`) are the
-    inner session's.
+    Made by `CachePilotAgents.session(inner)`. Attributes it does not define (e.g. `close`,
+    `run_compaction`) are the inner session's, and it reports the inner session's class.
     """
 
     def __init__(self, owner: CachePilotAgents, inner: Session, store: StateStore) -> None:
-        session_id = getattr(inner, "session_id", None)
-        if not isinstance(session_id, str) or not session_id.strip():
-            raise ValueError("the wrapped session needs a non-empty string session_id")
         self._owner = owner
         self.inner = inner
         self.store = store
-        self.session_id: str = session_id
+
+    # The SDK adapts its behaviour to some session classes: report the inner one.
+    @property  # type: ignore[misc]
+    def __class__(self) -> type[Any]:
+        return type(self.inner)
+
+    @property
+    def session_id(self) -> str:
+        """The inner session's id (the pilot thread)."""
+        session_id: str = self.inner.session_id
+        return session_id
+
+    @session_id.setter
+    def session_id(self, value: str) -> None:
+        self.inner.session_id = value
 
     @property
     def session_settings(self) -> SessionSettings | None:
@@ -72,44 +109,83 @@ class CachePilotSession:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
-    def _bind(self) -> None:
-        SESSION_BINDING.set(SessionBinding(id(self._owner), self.session_id, next_stamp()))
+    async def _bind(self) -> None:
+        thread = session_thread(self.inner)
+        if thread is None:
+            return
+        run = current_run()
+        SESSION_BINDING.set(
+            SessionBinding(id(self._owner), thread, next_stamp(), None if run is None else id(run))
+        )
+        await self._owner.attach(thread, self.store)
 
-    async def _call(self, method_name: str, *args: Any, wrapper: Any = None, **kw: Any) -> Any:
-        method = getattr(self.inner, method_name)
-        if wrapper is not None and _accepts_wrapper(method):
-            kw["wrapper"] = wrapper
-        result = method(*args, **kw)
+    async def _call(self, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # Exactly the call the SDK made: the same arguments, in the same shape.
+        result = getattr(self.inner, method_name)(*args, **kwargs)
         if inspect.isawaitable(result):
             return await result
         return result
 
-    async def get_items(
-        self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> list[TResponseInputItem]:
-        """The inner history; binds this run to the session's thread and loads its state."""
-        self._bind()
-        await self._owner.attach(self.session_id, self.store)
-        items: list[TResponseInputItem] = await self._call("get_items", limit, wrapper=wrapper)
+    async def get_items(self, *args: Any, **kwargs: Any) -> list[TResponseInputItem]:
+        """The inner history, unchanged; binds this run to the session's thread."""
+        items: list[TResponseInputItem] = await self._call("get_items", args, kwargs)
+        await self._bind()
         return items
 
-    async def add_items(
-        self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> None:
-        """Append to the inner history, then save the pilot state."""
-        self._bind()
-        await self._owner.attach(self.session_id, self.store)
-        await self._call("add_items", items, wrapper=wrapper)
-        await self._owner.save_state(self.session_id)
+    async def add_items(self, *args: Any, **kwargs: Any) -> None:
+        """Append to the inner history (items unchanged), then save the pilot state."""
+        await self._call("add_items", args, kwargs)
+        await self._bind()
+        thread = session_thread(self.inner)
+        if thread is not None:
+            await self._owner.save_state(thread)
 
-    async def pop_item(
-        self, *, wrapper: RunContextWrapper[Any] | None = None
-    ) -> TResponseInputItem | None:
+    async def pop_item(self, *args: Any, **kwargs: Any) -> TResponseInputItem | None:
         """Pop from the inner history (plan edits of a popped item simply stop applying)."""
-        item: TResponseInputItem | None = await self._call("pop_item", wrapper=wrapper)
+        item: TResponseInputItem | None = await self._call("pop_item", args, kwargs)
         return item
 
-    async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
+    async def clear_session(self, *args: Any, **kwargs: Any) -> None:
         """Clear the inner history and forget the thread's pilot state."""
-        await self._call("clear_session", wrapper=wrapper)
-        await self._owner.forget(self.session_id, self.store)
+        thread = session_thread(self.inner)
+        await self._call("clear_session", args, kwargs)
+        if thread is not None:
+            await self._owner.forget(thread, self.store)
+
+
+class ContextAwareSession(CachePilotSession):
+    """The proxy of a session that takes the run context (`wrapper`) in its history methods.
+
+    The SDK passes `wrapper` only to sessions whose every history method names it, so the
+    proxy names it exactly when the inner session does.
+    """
+
+    async def get_items(
+        self, *args: Any, wrapper: RunContextWrapper[Any] | None = None, **kwargs: Any
+    ) -> list[TResponseInputItem]:
+        """See `CachePilotSession.get_items`."""
+        return await super().get_items(*args, wrapper=wrapper, **kwargs)
+
+    async def add_items(
+        self, *args: Any, wrapper: RunContextWrapper[Any] | None = None, **kwargs: Any
+    ) -> None:
+        """See `CachePilotSession.add_items`."""
+        await super().add_items(*args, wrapper=wrapper, **kwargs)
+
+    async def pop_item(
+        self, *args: Any, wrapper: RunContextWrapper[Any] | None = None, **kwargs: Any
+    ) -> TResponseInputItem | None:
+        """See `CachePilotSession.pop_item`."""
+        return await super().pop_item(*args, wrapper=wrapper, **kwargs)
+
+    async def clear_session(
+        self, *args: Any, wrapper: RunContextWrapper[Any] | None = None, **kwargs: Any
+    ) -> None:
+        """See `CachePilotSession.clear_session`."""
+        await super().clear_session(*args, wrapper=wrapper, **kwargs)
+
+
+def session_proxy(owner: CachePilotAgents, inner: Session, store: StateStore) -> CachePilotSession:
+    """The proxy of `inner`, taking the run context exactly when `inner` does."""
+    cls = ContextAwareSession if _context_aware(inner) else CachePilotSession
+    return cls(owner, inner, store)

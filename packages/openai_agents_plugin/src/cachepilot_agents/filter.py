@@ -1,0 +1,116 @@
+"""`PilotInputFilter`: the `call_model_input_filter` that shows the model the pilot's view.
+
+The SDK hands the filter the model input it built from the run's items (plain: tool outputs as
+the tools returned them, as guardrails let them through). The filter returns the view: each
+tool result as its reduced view, the plan's stubs and folds, volatile values out of the
+instructions. It never mutates its input and changes nothing the run keeps. The user's own
+filter runs first; what it returns is checked the way the SDK checks a filter's result.
+
+The thread of a call is, first match: the run config's pinned thread or session; the
+`CachePilotSession` this run reads; the run config's `group_id`; the plugin's `default_thread`
+when one was given; else a scope of the run's own, dropped when the run ends.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from agents import RunConfig
+from agents.exceptions import UserError
+from agents.run_config import CallModelData, CallModelInputFilter, ModelInputData
+
+from cachepilot_agents._context import SESSION_BINDING, next_stamp
+from cachepilot_agents.runs import current_run
+from cachepilot_agents.session import session_thread
+
+if TYPE_CHECKING:
+    from agents.memory import Session
+
+    from cachepilot_agents.plugin import CachePilotAgents
+
+__all__ = ["PilotInputFilter"]
+
+logger = logging.getLogger(__name__)
+
+
+class PilotInputFilter:
+    """The `call_model_input_filter` of a `CachePilotAgents` run config (see the module doc).
+
+    Args:
+        owner: the plugin.
+        user_filter: the user's own filter (runs first), or None.
+        thread: a pinned thread, or None.
+        session: a session whose id is the thread (read at call time: ids may be created
+            lazily), or None.
+    """
+
+    def __init__(
+        self,
+        owner: CachePilotAgents,
+        user_filter: CallModelInputFilter | None,
+        thread: str | None,
+        session: Session | None = None,
+    ) -> None:
+        self.owner = owner
+        self.user_filter = user_filter
+        self.pinned_thread = thread
+        self.session = session
+        self.run_config: RunConfig | None = None
+        self._stamp = next_stamp()
+        self._own_scope: str | None = None
+
+    def __copy__(self) -> PilotInputFilter:
+        return self  # bound to its plugin and run config: copies of a config share it
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PilotInputFilter:
+        return self
+
+    def thread(self) -> tuple[str, bool]:
+        """(thread of the current call, whether it is a session's thread)."""
+        if self.pinned_thread is not None:
+            return self.pinned_thread, False
+        if self.session is not None:
+            found = session_thread(self.session)
+            if found is not None:
+                return found, True
+        run = current_run()
+        binding = SESSION_BINDING.get()
+        if binding is not None and binding.owner == id(self.owner):
+            same_run = (
+                binding.run == id(run)
+                if run is not None and binding.run is not None
+                else binding.stamp > self._stamp
+            )
+            if same_run:
+                return binding.thread, True
+        group = self.run_config.group_id if self.run_config is not None else None
+        if isinstance(group, str) and group.strip():
+            return group.strip(), False
+        if self.owner.fixed_default_thread is not None:
+            return self.owner.fixed_default_thread, False
+        if run is not None:
+            return self.owner.run_scope(run), False
+        if self._own_scope is None:  # the SDK gives no run object: one scope per run config
+            self._own_scope = f"run-{uuid.uuid4().hex[:16]}"
+            logger.warning(
+                "this Agents SDK version does not say which run is executing: runs without a "
+                "session, group_id or thread share the scope of their run config"
+            )
+        return self._own_scope, False
+
+    async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
+        """Filter one model call's input."""
+        if self.user_filter is not None:
+            result = self.user_filter(data)
+            updated = await result if inspect.isawaitable(result) else result
+            if not isinstance(updated, ModelInputData):
+                # The SDK's own check and message, as without cachepilot.
+                raise UserError("call_model_input_filter must return a ModelInputData instance")
+            data = CallModelData(model_data=updated, agent=data.agent, context=data.context)
+        thread, persistent = self.thread()
+        if persistent and self.session is not None:
+            await self.owner.attach_session(thread, self.session)
+        return await self.owner.filter_input(data.model_data, data.agent, thread, self)
