@@ -479,6 +479,8 @@ def load_calls(path: str | os.PathLike[str], *, notes: list[str] | None = None) 
     if not file.is_file():
         raise ValueError(f"no such file: {file}")
     text, suffix = _read_text(file)
+    if not text.strip():
+        raise ValueError(f"{file}: empty file")
     calls: list[LoggedCall]
     if suffix in (".yaml", ".yml"):
         data = _load_yaml(text)
