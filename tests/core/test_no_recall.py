@@ -7,6 +7,7 @@ Stubs, argument previews, fold summaries and ingestion stubs say what was elided
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ def _model_text(view: list[Message]) -> str:
     return "\n".join([m.text for m in view] + [c.arguments for m in view for c in m.tool_calls])
 
 
-def _config(**maintenance: object) -> Config:
+def _config(**maintenance: Any) -> Config:
     return Config(
         maintenance=MaintenanceConfig(
             schedule="fixed",
@@ -56,7 +57,7 @@ def _config(**maintenance: object) -> Config:
             protect_results=2,
             protect_tool_tokens=0,
             min_prune_tokens=0,
-            **maintenance,  # type: ignore[arg-type]
+            **maintenance,
         )
     )
 
