@@ -9,7 +9,8 @@ Every call is rendered through `CachePilot.prepare(..., maintain=False)`: the sy
 is canonicalized (volatile values move to a stable block), the thread's plan is applied, and
 the tools are bound in a stable order with `recall` among them from the first call. Usage
 (cached tokens included) is recorded from the response's `usage_metadata`. The thread is the
-LangGraph `thread_id` of the running step.
+LangGraph `thread_id` of the running step; a run without one gets a scope of its own
+(shared by the run's other cachepilot components, never by another run).
 
 When a `CachePilotNode` ran before the model node, the call was already committed there and
 the wrapper only renders it (the state is left exactly as the node persisted it). Without
@@ -55,6 +56,7 @@ from cachepilot_langgraph._shared import (
     current_config,
     current_store,
     link_of,
+    run_thread,
     use_graph_store,
 )
 from cachepilot_langgraph.convert import (
@@ -65,7 +67,6 @@ from cachepilot_langgraph.convert import (
 )
 from cachepilot_langgraph.node import ToolLike, tool_schemas
 from cachepilot_langgraph.recall_tool import make_recall_tool
-from cachepilot_langgraph.state import thread_of
 
 __all__ = ["CachePilotChatModel"]
 
@@ -162,7 +163,7 @@ class CachePilotChatModel(BaseChatModel):
     # --- preparing a call ----------------------------------------------------------------
 
     def _thread(self) -> str:
-        return thread_of(current_config(), self.namespace)
+        return run_thread(self.pilot, current_config(), self.namespace)
 
     def _begin(self, messages: list[BaseMessage], kwargs: Mapping[str, Any], thread: str) -> _Call:
         rest = dict(kwargs)
