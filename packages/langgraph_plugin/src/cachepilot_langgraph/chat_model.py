@@ -59,6 +59,7 @@ from cachepilot_langgraph._shared import (
     run_thread,
     use_graph_store,
 )
+from cachepilot_langgraph.cache_marks import is_anthropic_model, mark_request, uses_breakpoints
 from cachepilot_langgraph.convert import (
     MessageConverter,
     ordered,
@@ -186,12 +187,26 @@ class CachePilotChatModel(BaseChatModel):
         by_id = {m.id: m for m in history if m.id}
         lc_view = [to_langchain(m, self._converter, by_id) for m in view]
         if out_system is None:
-            head: list[BaseMessage] = []
+            head: SystemMessage | None = None
         elif system_message is not None and out_system == system:
-            head = [system_message]
+            head = system_message
         else:
-            head = [SystemMessage(content=out_system)]
-        call.messages = head + lc_view
+            head = SystemMessage(content=out_system)
+        if is_anthropic_model(self.model) and uses_breakpoints(self.pilot):
+            # Marks go on copies in the request only (never into graph state).
+            marked = mark_request(
+                self.pilot,
+                thread,
+                system_text=out_system,
+                view=view,
+                schemas=out_tools,
+                system=head,
+                messages=lc_view,
+                tools=tools,
+                options=options,
+            )
+            head, lc_view = marked.system, marked.messages
+        call.messages = ([head] if head is not None else []) + lc_view
         from cachepilot.canonical import tool_name
 
         names = [tool_name(t) for t in out_tools]
