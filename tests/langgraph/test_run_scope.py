@@ -202,3 +202,18 @@ def test_thread_of_has_no_default() -> None:
     assert thread_of(None) is None
     assert thread_of({"configurable": {}}) is None
     assert thread_of({"configurable": {"thread_id": "t"}}, "ns") == "ns:t"
+
+
+def test_outside_a_graph_every_call_is_a_run_of_its_own() -> None:
+    pilot = CachePilot(store=InMemoryArtifactStore())
+    scopes = link_of(pilot).scopes
+    first = scopes.resolve(None, None)
+    second = scopes.resolve({"configurable": {}}, "ns")
+    assert first and second and first != second
+    assert first.startswith("run-") and second.startswith("ns:run-")
+    assert scopes.resolve(None, None, create=False) is None
+    pilot.ingest("bash", {"command": "x"}, "y\n" * 50_000, "c1", first)
+    assert pilot.store.list(first)
+    scopes.release(first)
+    assert pilot.store.list(first) == [] and not scopes.is_live(first)
+    assert scopes.is_live(second)

@@ -42,6 +42,7 @@ RUN_SCOPE_PREFIX = "run-"
 
 # LangGraph's config key for the run's `Runtime` (`langgraph.runtime.get_runtime` reads it).
 _RUNTIME_KEY = "__pregel_runtime"
+_WARNED: list[bool] = []
 
 
 def run_token(config: RunnableConfig | Mapping[str, Any] | None) -> object | None:
@@ -52,7 +53,17 @@ def run_token(config: RunnableConfig | Mapping[str, Any] | None) -> object | Non
     if not isinstance(configurable, Mapping):
         return None
     runtime = configurable.get(_RUNTIME_KEY)
-    return getattr(runtime, "control", None) if runtime is not None else None
+    if runtime is None:
+        return None
+    control = getattr(runtime, "control", None)
+    if control is None and not _WARNED:
+        _WARNED.append(True)
+        # Isolation holds (every call gets a fresh scope); continuity within a run does not.
+        logger.warning(
+            "this LangGraph has no run control: a run without a thread_id gets a new scope "
+            "on every step (refs of earlier steps are not found); pass a thread_id"
+        )
+    return control
 
 
 class RunScopes:
