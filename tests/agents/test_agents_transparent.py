@@ -521,3 +521,73 @@ def test_tool_output_trimmer_alongside(make_pilot: Any, streamed: bool, tmp_path
     plain, piloted, _ = both(scenario, make_pilot)
     assert plain.final_output == piloted.final_output == "t2"
     assert [dumps(i) for i in stored["plain"]] == [dumps(i) for i in stored["cp"]]
+
+
+# --- what the model reads stays the plain input where nothing is reduced ------------------
+
+
+@STREAMED
+def test_small_runs_send_the_plain_request(make_pilot: Any, streamed: bool) -> None:
+    @function_tool
+    def nothing() -> str:
+        """Return nothing."""
+        return ""
+
+    models: dict[str, ScriptedModel] = {}
+
+    async def scenario(cp: CachePilotAgents | None) -> Any:
+        helper = ScriptedModel([[assistant_message("plain")]])
+        model = ScriptedModel(
+            [
+                [function_call("nothing", {}, call_id="n1")],
+                [function_call("transfer_to_helper", {}, call_id="h1")],
+            ]
+        )
+        models["cp" if cp else "plain"] = helper
+        models["cp-main" if cp else "plain-main"] = model
+        helper_agent = Agent(name="helper", model=helper)
+        agent = Agent(name="a", tools=[nothing], handoffs=[helper_agent], model=model)
+        return await run(agent, "go", cp=cp, streamed=streamed)
+
+    plain, piloted, _ = both(scenario, make_pilot)
+    assert plain.final_output == piloted.final_output == "plain"
+    # An agent without function tools and nothing to recall: the plain tool list and input.
+    assert models["cp"].calls[0].tools == models["plain"].calls[0].tools == []
+    assert dumps(models["cp"].calls[0].input) == dumps(models["plain"].calls[0].input)
+    # An empty tool result stays empty.
+    main = models["cp-main"].calls[1].input
+    assert [i["output"] for i in main if i.get("type") == "function_call_output"] == [""]
+
+
+@STREAMED
+def test_a_compacting_session_reads_its_own_history(make_pilot: Any, streamed: bool) -> None:
+    from agents.memory import OpenAIResponsesCompactionSession
+
+    compacted: dict[str, int] = {}
+
+    class Compacting(OpenAIResponsesCompactionSession):
+        async def run_compaction(self, args: Any = None) -> None:
+            compacted[self.session_id] = compacted.get(self.session_id, 0) + 1
+
+    async def scenario(cp: CachePilotAgents | None) -> Any:
+        name = "cp" if cp else "plain"
+        session = Compacting(session_id=name, underlying_session=SQLiteSession(name))
+        model = ScriptedModel(
+            [[function_call("fetch", {}, call_id="f1")], [assistant_message("ok")]]
+        )
+        agent = Agent(name="a", tools=[fetch], model=model)
+        outcome = await run(agent, "go", cp=cp, streamed=streamed, session=session)
+        return outcome, model
+
+    (plain, plain_model), (piloted, model), _ = both(scenario, make_pilot)
+    assert plain.final_output == piloted.final_output == "ok"
+    assert compacted.get("cp") == compacted.get("plain")
+    assert [dumps(c.input) for c in model.calls] == [dumps(c.input) for c in plain_model.calls]
+
+
+def test_a_dictionary_run_config_is_read_as_the_sdk_reads_it(make_pilot: Any) -> None:
+    cp = CachePilotAgents(make_pilot())
+    config = cp.run_config({"workflow_name": "mine", "tracing_disabled": True})
+    assert config.workflow_name == "mine" and config.tracing_disabled
+    with pytest.raises(ValueError, match="Unknown"):
+        cp.run_config({"no_such_field": 1})

@@ -235,24 +235,20 @@ class PilotModel(Model):
         supports = getattr(self._inner, "_supports_default_prompt_cache_key", None)
         return bool(supports()) if callable(supports) else False
 
-    def _offered(
-        self, call: PreparedCall | None, tools: list[Tool], items: object
-    ) -> list[Tool] | None:
-        """The tools offered with recall, or None (this call is not the plugin's, or nothing
-        could be recalled: no function tools, no tool results, no maintenance yet)."""
+    def _offered(self, call: PreparedCall | None, tools: list[Tool]) -> list[Tool] | None:
+        """The tools offered with recall, or None when this call does not offer it.
+
+        Offered from the first call to a model that has function tools (their results are
+        what gets reduced), so its tool list never changes mid-thread; to any other model
+        once its view names a ref (a handoff target reading reduced history).
+        """
         if call is None or not call.recall:
             return None
         if any(getattr(t, "name", None) == RECALL_TOOL_NAME for t in tools):
             return None  # a tool of the user's has the name: never shadow it
-        useful = (
-            call.maintained
-            or any(isinstance(t, FunctionTool) for t in tools)
-            or (
-                isinstance(items, list)
-                and any(_item_type(i) == "function_call_output" for i in items)
-            )
-        )
-        return [*tools, self._owner.recall_tool] if useful else None
+        if not call.refs and not any(isinstance(t, FunctionTool) for t in tools):
+            return None
+        return [*tools, self._owner.recall_tool]
 
     async def get_response(  # noqa: PLR0917 - the SDK's Model signature
         self,
@@ -270,7 +266,7 @@ class PilotModel(Model):
     ) -> ModelResponse:
         """Ask the inner model, answering its recall calls first (see the module docstring)."""
         call = self._owner.claim(system_instructions, input)
-        offered = self._offered(call, tools, input)
+        offered = self._offered(call, tools)
         model_settings = self._owner.with_cache_key(call, model_settings)
 
         def ask(system: str | None, items: str | list[Any], with_tools: list[Tool]) -> Any:
@@ -325,7 +321,7 @@ class PilotModel(Model):
     ) -> AsyncIterator[TResponseStreamEvent]:
         """Stream the inner model, answering its recall calls (see the module docstring)."""
         call = self._owner.claim(system_instructions, input)
-        offered = self._offered(call, tools, input)
+        offered = self._offered(call, tools)
         model_settings = self._owner.with_cache_key(call, model_settings)
 
         def ask(

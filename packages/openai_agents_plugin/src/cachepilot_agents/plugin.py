@@ -208,12 +208,13 @@ class CachePilotAgents:
 
     def run_config(
         self,
-        base: RunConfig | None = None,
+        base: RunConfig | dict[str, Any] | None = None,
         *,
         thread: str | None = None,
         session: Session | None = None,
     ) -> RunConfig:
-        """A copy of `base` (or a new `RunConfig`) with the pilot's filter and model provider.
+        """A copy of `base` (a `RunConfig`, its dictionary form, or None) with the pilot's
+        filter and model provider.
 
         The user's own `call_model_input_filter` keeps running, before the pilot's; the
         user's model provider (or `base.model`) is wrapped, not replaced; everything else in
@@ -222,8 +223,13 @@ class CachePilotAgents:
         its pilot state beside it. Model calls that carry no `prompt_cache_key` (the SDK sets
         one only for official OpenAI endpoints) get a thread-derived one.
         """
+        owns_provider = base is None
+        if isinstance(base, dict):
+            # The SDK's dictionary form: without a provider in it, the run owns its provider.
+            owns_provider = "model_provider" not in base
+            base = _coerce(base)
         if base is not None and not isinstance(base, RunConfig):
-            raise ValueError(f"base must be a RunConfig, not {type(base).__name__}")
+            raise ValueError(f"base must be a RunConfig or a dict, not {type(base).__name__}")
         if thread is not None:
             check_thread(thread)
         if session is not None:
@@ -244,7 +250,7 @@ class CachePilotAgents:
             provider = provider.inner
         # A run config of the user's keeps its provider (the SDK never closes it); without
         # one, the plugin makes one per run and closes it, as the SDK does without a config.
-        config.model_provider = PilotProvider(self, provider if base is not None else None)
+        config.model_provider = PilotProvider(self, None if owns_provider else provider)
         if isinstance(config.model, Model):
             config.model = self.model(config.model)
         return config
@@ -635,6 +641,18 @@ class CachePilotAgents:
 
 
 RunEnd = Callable[[object], Awaitable[None]]
+
+
+def _coerce(base: dict[str, Any]) -> RunConfig:
+    """A run config from its dictionary form, as the SDK reads it."""
+    try:
+        from agents.run_config import _coerce_run_config
+    except ImportError:  # pragma: no cover - other SDK versions
+        return RunConfig(**base)
+    try:
+        return _coerce_run_config(base)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def _plain(model_data: ModelInputData) -> ModelInputData:
