@@ -27,6 +27,7 @@ from agents_helpers import (
     Clock,
     RecordingHooks,
     dumps,
+    eager_config,
     is_prefix,
     pairing_problems,
     reasoning_followers,
@@ -358,7 +359,10 @@ def _resume(
     db = tmp_path / "resume.db"
     first = ScriptedModel(coding_steps(turns))
     clock = Clock()
-    pilot1 = make_pilot()
+    # The restored plan is what is checked here: a finished-task fold at the new user turn
+    # would be one more maintenance point (tested in tests/core/test_maintenance.py).
+    no_task_folds = eager_config(fold_finished_tasks=False)
+    pilot1 = make_pilot(no_task_folds)
     cp1 = CachePilotAgents(pilot1, clock=clock)
     hooks1 = RecordingHooks(probe=lambda: len(pilot1.state("r").plan.epochs))
     agent1 = cp1.wrap(Agent(name="coder", tools=[read_file], model=first))
@@ -373,7 +377,7 @@ def _resume(
     )
     clock.now += idle_seconds
     second = ScriptedModel(coding_steps(8, prefix="d"))
-    pilot2 = make_pilot()  # a new process: fresh pilot, same archive file
+    pilot2 = make_pilot(no_task_folds)  # a new process: fresh pilot, same archive file
     cp2 = CachePilotAgents(pilot2, clock=clock)
     hooks2 = RecordingHooks(probe=lambda: len(pilot2.state("r").plan.epochs))
     agent2 = cp2.wrap(Agent(name="coder", tools=[read_file], model=second))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -273,6 +274,39 @@ def test_invalid_folds_are_skipped_with_a_log_line(caplog: pytest.LogCaptureFixt
     with caplog.at_level(logging.WARNING, logger="cachepilot.plan"):
         view = apply_plan(messages, _plan(overlap, bigger), keys)
     assert [m.text for m in view if m.text.startswith("[")] == ["[c]"]
+
+
+def test_folds_persisted_into_the_transcript_render_as_is_without_warnings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A framework that writes each fold into its state (summary under the first folded
+    message's id, the rest removed) and plans the next, differential fold on that state: the
+    older fold is superseded by the newer summary at the same id, not a broken range."""
+    messages = [replace(m, id=f"m{i}") for i, m in enumerate(_simple()[0])]
+    keys = message_keys(messages)
+    first = Edit(kind="fold", key=keys[2], end_key=keys[3], text="[first]")
+    after_first = [*messages[:2], Message(role="user", content="[first]", id="m2"), *messages[4:]]
+    assert apply_plan(after_first, _plan(first)) == after_first
+    # planned on the persisted transcript: [first] plus the newer messages up to m7
+    second = Edit(kind="fold", key=keys[2], end_key=keys[7], text="[second]")
+    plan = _plan(first, second)
+    with caplog.at_level(logging.DEBUG, logger="cachepilot.plan"):
+        view = apply_plan(after_first, plan)
+    assert [m.text for m in view][:3] == [messages[0].text, messages[1].text, "[second]"]
+    after_second = [*messages[:2], Message(role="user", content="[second]", id="m2"), *messages[8:]]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cachepilot.plan"):
+        assert apply_plan(after_second, plan) == after_second
+    assert caplog.records == []
+    # a summary that no fold of the plan wrote is still a range that does not resolve
+    foreign = [
+        *after_second[:2],
+        Message(role="user", content="[other]", id="m2"),
+        *after_second[3:],
+    ]
+    with caplog.at_level(logging.WARNING, logger="cachepilot.plan"):
+        assert apply_plan(foreign, plan) == foreign
+    assert len(caplog.records) == 2
 
 
 # --- differential fold ----------------------------------------------------------------------

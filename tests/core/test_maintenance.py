@@ -342,8 +342,11 @@ def test_cost_model_folds_a_long_history_only_when_it_pays() -> None:
     for i, snap in enumerate(_build([(1, [6_000, 0, 0], False) for _ in range(80)])):
         long_pilot.prepare("sys", snap, (), "t", now=i * 10.0)
     decisions = [d for d in long_pilot.state("t").decisions if d.reason == "cost-model-fold"]
+    epochs = [ep for ep in long_pilot.state("t").plan.epochs if ep.reason == "cost-model-fold"]
+    assert decisions and len(epochs) == len(decisions)
+    # Each differential fold supersedes the one before: only the latest is kept in the plan.
     folds = [e for ep in long_pilot.state("t").plan.epochs for e in ep.edits if e.kind == "fold"]
-    assert decisions and len(folds) == len(decisions)
+    assert len(folds) == 1 and folds[0] in epochs[-1].edits
     # A short session never earns back the re-miss a fold causes.
     short_pilot = CachePilot(Config(maintenance=only_fold), store=InMemoryArtifactStore())
     for i, snap in enumerate(_build([(1, [6_000, 0, 0], False) for _ in range(6)])):
@@ -391,12 +394,17 @@ def test_a_finished_task_is_folded_whole_when_it_pays() -> None:
     assert "line 0 of output 13/0: value=13" in archived
 
 
-def test_finished_task_folds_are_off_by_default() -> None:
+def test_finished_task_folds_are_on_by_default_and_can_be_turned_off() -> None:
     snapshots = _two_task_session(14, 10)
-    pilot = CachePilot(Config(), store=InMemoryArtifactStore())
-    for t, snapshot in enumerate(snapshots):
-        pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
-    assert not [d for d in pilot.state("t").decisions if d.reason == "finished-task-fold"]
+    reasons = {}
+    for enabled in (True, False):
+        config = Config() if enabled else Config(maintenance={"fold_finished_tasks": False})
+        pilot = CachePilot(config, store=InMemoryArtifactStore())
+        for t, snapshot in enumerate(snapshots):
+            pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+        reasons[enabled] = [d.reason for d in pilot.state("t").decisions if d.apply]
+    assert "finished-task-fold" not in reasons[False]
+    assert "finished-task-fold" in reasons[True]
 
 
 def test_task_fold_cost_model_by_hand() -> None:

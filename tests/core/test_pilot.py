@@ -299,18 +299,35 @@ def test_odd_arguments_never_crash_ingest() -> None:
         json.dumps(artifact.meta)  # metadata stays JSON
 
 
-def test_unarchivable_original_passes_through_whole(caplog: pytest.LogCaptureFixture) -> None:
-    class BrokenStore(InMemoryArtifactStore):
-        def put(self, *args: Any, **kwargs: Any) -> str:
-            raise OSError("disk full")
+def test_unarchivable_original_is_bounded_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    class FlakyStore(InMemoryArtifactStore):
+        down = True
 
-    pilot = CachePilot(store=BrokenStore())
+        def put(self, *args: Any, **kwargs: Any) -> str:
+            if self.down:
+                raise OSError("disk full")
+            return super().put(*args, **kwargs)
+
+    store = FlakyStore()
+    pilot = CachePilot(store=store)
     big = _distinct_lines(2_000, "broken")
-    with caplog.at_level(logging.ERROR, logger=PILOT_LOGGER):
+    small = "x\x1b[1m bold\x1b[0m\n" * 10  # would be cleaned, but nothing may be lost
+    with caplog.at_level(logging.WARNING, logger=PILOT_LOGGER):
         report = pilot.ingest_report("bash", {"command": "x"}, big, "c1", "t")
-    assert report.text == big
+        whole = pilot.ingest_report("bash", {"command": "y"}, small, "c2", "t")
+        store.down = False
+        back = pilot.ingest_report("bash", {"command": "z"}, big + "!", "c3", "t")
+    # Over the size limit: a head/tail preview that says the middle is gone (no ref to name).
     assert report.ref is None
-    assert any("could not archive" in r.getMessage() for r in caplog.records)
+    assert len(report.text) < 5_000 < len(big)
+    assert report.text.startswith(big[:300]) and report.text.endswith(big[-200:])
+    assert "the archive is unavailable, so the omitted part was not kept" in report.text
+    assert whole.text == small and whole.ref is None  # under the limit: passed whole
+    assert back.ref is not None
+    assert pilot.state("t").archive_failures == 2
+    levels = [(r.levelno, bool(r.exc_info)) for r in caplog.records]
+    assert levels[:2] == [(logging.ERROR, True), (logging.WARNING, False)]  # once per outage
+    assert "accepts originals again" in caplog.records[-1].getMessage()
 
 
 def test_reduce_off_still_archives_undecodable_output() -> None:

@@ -40,9 +40,9 @@ from cachepilot.sim.replay import (
     ReplayScript,
     ReplayTurn,
 )
-from cachepilot.sim.wire import chat_messages, responses_input
 from cachepilot.traces.session import Session
 from cachepilot.usage import Usage
+from cachepilot.wire import chat_messages, responses_input
 
 SESSION = build_demo_session()
 SCRIPT = ReplayScript.from_session(SESSION)

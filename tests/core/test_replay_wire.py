@@ -21,7 +21,9 @@ from pydantic import TypeAdapter
 
 from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart, ToolCall
 from cachepilot.sim import Request, render_request
-from cachepilot.sim.wire import (
+from cachepilot.tokens import TokenCounter
+from cachepilot.usage import Usage
+from cachepilot.wire import (
     WireError,
     chat_chunks,
     chat_completion,
@@ -36,8 +38,6 @@ from cachepilot.sim.wire import (
     responses_usage,
     sse,
 )
-from cachepilot.tokens import TokenCounter
-from cachepilot.usage import Usage
 
 
 class CharEncoding:

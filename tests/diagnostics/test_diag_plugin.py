@@ -1,9 +1,13 @@
-"""The pytest plugin (`cachepilot.testing`, loaded through its `pytest11` entry point) in a
-real inner pytest run: a vcrpy test replaying a cassette with two tool-set changes."""
+"""The pytest plugin (`cachepilot.testing`, opted into with `-p cachepilot.testing`) in a
+real inner pytest run: a vcrpy test replaying a cassette with two tool-set changes; and
+`cachepilot.guard`, which needs no pytest."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -83,15 +87,50 @@ def test_no_cassette():
 def test_plugin_in_a_real_pytest_run(pytester: pytest.Pytester) -> None:
     shutil.copy(HERE / "tool_changes.json", pytester.path / "tool_changes.json")
     pytester.makepyfile(test_agent=INNER)
-    result = pytester.runpytest("-p", "no:randomly", "-p", "no:xdist")
+    result = pytester.runpytest("-p", "cachepilot.testing", "-p", "no:randomly", "-p", "no:xdist")
     result.assert_outcomes(passed=3, failed=3)
     text = result.stdout.str()
     assert "2 prefix break(s), budget 0" in text
     assert "tools reordered" in text and "tools added: search" in text
     assert "used no vcrpy cassette" in text
     # The marker is registered (no unknown-marker warning under --strict-markers).
-    strict = pytester.runpytest("--strict-markers", "-k", "allowed", "-p", "no:xdist")
+    strict = pytester.runpytest(
+        "-p", "cachepilot.testing", "--strict-markers", "-k", "allowed", "-p", "no:xdist"
+    )
     strict.assert_outcomes(passed=1)
+
+
+def test_plugin_is_opt_in(pytester: pytest.Pytester) -> None:
+    """Installing cachepilot does not load the plugin into every pytest run."""
+    assert not [ep for ep in entry_points(group="pytest11") if ep.value.startswith("cachepilot")]
+    shutil.copy(HERE / "tool_changes.json", pytester.path / "tool_changes.json")
+    pytester.makepyfile(test_agent=INNER)
+    # In a subprocess: an in-process run would see the marker the outer run registered.
+    result = pytester.runpytest_subprocess("--strict-markers", "-k", "allowed", "-p", "no:xdist")
+    assert "'cachepilot_audit' not found in `markers`" in result.stdout.str()
+    result.assert_outcomes(errors=1)
+    # A conftest line opts in as well as `-p`.
+    pytester.makeconftest('pytest_plugins = ["cachepilot.testing"]')
+    result = pytester.runpytest_subprocess("--strict-markers", "-p", "no:xdist")
+    result.assert_outcomes(passed=3, failed=3)
+
+
+def test_assert_cache_stable_without_pytest() -> None:
+    """`cachepilot.guard` works in a process where pytest cannot be imported."""
+    code = (
+        "import sys; sys.modules['pytest'] = None\n"
+        "from cachepilot.guard import CacheAuditError, assert_cache_stable\n"
+        f"path = {str(HERE / 'tool_changes.json')!r}\n"
+        "assert_cache_stable(path, allow=['tool_change'])\n"
+        "try:\n"
+        "    assert_cache_stable(path)\n"
+        "except CacheAuditError as exc:\n"
+        "    print(str(exc).splitlines()[0])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "cache audit failed: 2 prefix break(s), budget 0"
 
 
 def test_assert_cache_stable_directly() -> None:

@@ -19,7 +19,7 @@ from cachepilot.audit import audit_file, load_calls
 from cachepilot.demo_workload import DEMO_TOOL_SCHEMAS, build_demo_session, volatile_system_prompt
 from cachepilot.messages import Message
 from cachepilot.sim.replay import ReplayProvider, ReplayScript
-from cachepilot.sim.wire import chat_messages
+from cachepilot.wire import chat_messages
 
 SESSION = build_demo_session()
 ASSISTANT_AT = SESSION.assistant_indices

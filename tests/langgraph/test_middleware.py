@@ -60,12 +60,20 @@ def test_long_session_reduces_recalls_and_stays_prefix_stable(scripted) -> None:
     assert out["messages"][-1].content == "done"
     assert len(model.requests) == 35
 
-    # Tool output over the limit is reduced in state and in the checkpoint.
+    # State and the checkpoint keep the tools' own output; the model read it reduced.
     saved = agent.get_state(config).values
     tools_in_state = [m for m in saved["messages"] if isinstance(m, ToolMessage)]
     commands = [m for m in tools_in_state if m.name == "run_command"]
-    assert commands and all(len(str(m.content)) < len(command_log("make step0")) for m in commands)
-    assert all(REF.search(str(m.content)) for m in commands)
+    assert commands and all(
+        len(str(m.content)) >= len(command_log("make step0")) // 2 for m in commands
+    )
+    assert not any(REF.search(str(m.content)) for m in commands)
+    sent_tools = [m for m in model.requests[-1]["messages"] if m["role"] == "tool"]
+    sent_commands = [
+        m for m in sent_tools if m["tool_call_id"] in {c.tool_call_id for c in commands}
+    ]
+    assert sent_commands and all(REF.search(str(m["content"])) for m in sent_commands)
+    assert all(len(str(m["content"])) < len(command_log("make step0")) for m in sent_commands)
 
     # recall returned the original (the first lines of the untouched log) to the model.
     recalled = model.requests[8]["messages"][-1]
@@ -83,14 +91,15 @@ def test_long_session_reduces_recalls_and_stays_prefix_stable(scripted) -> None:
         if not wire_prefix_extends(model.requests[i - 1], model.requests[i]):
             assert epochs[i] > epochs[i - 1], f"call {i} broke the prefix without an epoch"
 
-    # Pilot state lives in graph state; state is the view (pairing holds).
+    # Pilot state lives in graph state (not in the agent's output); pairing holds.
+    assert "cachepilot" not in out
     assert saved["cachepilot"]["calls"] == 35
     assert saved["cachepilot"]["usage"]["cached_tokens"] > 0
     core = MessageConverter().to_core(saved["messages"])
     assert pairing_issues(core) == []
 
 
-def test_maintenance_epochs_persist_into_state(scripted) -> None:
+def test_maintenance_epochs_live_in_the_pilot_state_not_in_messages(scripted) -> None:
     # Aggressive settings so maintenance happens within a short session.
     pilot = _pilot(
         protect_tool_tokens=500, protect_results=1, min_prune_tokens=100, schedule="fixed"
@@ -116,17 +125,21 @@ def test_maintenance_epochs_persist_into_state(scripted) -> None:
     for i in range(1, len(model.requests)):
         if not wire_prefix_extends(model.requests[i - 1], model.requests[i]):
             assert epochs[i] > epochs[i - 1]
-    # State equals what the model was last sent (minus the final answer).
-    state_msgs = agent.get_state(config).values["messages"]
-    stubbed = {e.key for ep in plan.epochs for e in ep.edits if e.kind in ("stub", "evict")}
+    # State keeps the plain messages; the edits reach the model only.
+    saved = agent.get_state(config).values
+    state_msgs = saved["messages"]
+    assert saved["cachepilot"]["plan"]["epochs"], "the plan is persisted with the pilot state"
+    stubbed = {e.key for ep in plan.epochs for e in ep.edits if e.kind == "stub"}
     by_id = {f"id:{m.id}": m for m in state_msgs}
-    for key in stubbed:
-        if key in by_id:
-            assert "recall(ref=" in str(by_id[key].content) or "[" in str(by_id[key].content)
+    assert stubbed & by_id.keys()
+    for key in stubbed & by_id.keys():
+        assert "recall(ref=" not in str(by_id[key].content)
     last_wire = model.requests[-1]["messages"]
-    tool_contents = [m["content"] for m in last_wire if m["role"] == "tool"]
-    state_tools = [str(m.content) for m in state_msgs if isinstance(m, ToolMessage)]
-    assert tool_contents == state_tools
+    sent = {m["tool_call_id"]: m["content"] for m in last_wire if m["role"] == "tool"}
+    for key in stubbed & by_id.keys():
+        message = by_id[key]
+        assert isinstance(message, ToolMessage)
+        assert "recall(ref=" in str(sent[message.tool_call_id])
     assert pairing_issues(MessageConverter().to_core(state_msgs)) == []
 
 
@@ -213,8 +226,15 @@ def test_junk_and_raising_tools_do_not_break_the_run(scripted) -> None:
         out = agent.get_state(config).values
     tools = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     huge = [m for m in tools if "x" * 100 in str(m.content)]
-    assert huge and all(len(str(m.content)) < 100_000 for m in huge)
-    ref = REF.search(str(huge[0].content))
+    assert huge and str(huge[0].content) == "x" * 300_000  # the run keeps the tool's output
+    sent = [
+        m["content"]
+        for r in model.requests
+        for m in r["messages"]
+        if m["role"] == "tool" and m["tool_call_id"] == huge[0].tool_call_id
+    ]
+    assert sent and all(len(str(c)) < 100_000 for c in sent)  # the model read it reduced
+    ref = REF.search(str(sent[0]))
     archived = pilot.store.get("j", ref.group(1)) if ref else None
     assert archived is not None and archived.text == "x" * 300_000
 
@@ -266,15 +286,18 @@ def test_parallel_tool_calls_merge_pilot_state(scripted) -> None:
             )
         return AIMessage(content="done")
 
-    agent = _agent(scripted(respond), pilot)
+    model = scripted(respond)
+    agent = _agent(model, pilot)
     config = {"configurable": {"thread_id": "par"}}
     agent.invoke({"messages": [HumanMessage("go")]}, config)
     saved = agent.get_state(config).values
     results = [m for m in saved["messages"] if isinstance(m, ToolMessage)]
-    assert len(results) == 3 and all(REF.search(str(m.content)) for m in results)
-    # Of the three parallel copies, the newest (all three ingestions) is in graph state.
+    assert len(results) == 3 and not any(REF.search(str(m.content)) for m in results)
+    sent = [m for m in model.requests[1]["messages"] if m["role"] == "tool"]
+    assert len(sent) == 3 and all(REF.search(str(m["content"])) for m in sent)
     assert saved["cachepilot"]["revision"] == pilot.state("par").revision
-    assert len(pilot.store.list("par")) == 3
+    originals = [i for i in pilot.store.list("par") if i.meta.get("kind") != "view"]
+    assert len(originals) == 3
 
 
 def test_metrics_reach_the_sinks(scripted) -> None:

@@ -35,6 +35,8 @@ from cachepilot.artifacts import ArtifactStore, BaseArtifactStore, InMemoryArtif
 from cachepilot.refs import content_digest, make_ref
 from cachepilot_langgraph.store import (
     DEFAULT_ARTIFACT_NAMESPACE,
+    INLINE_FORMAT,
+    PAYLOAD_FORMAT,
     VALUE_FORMAT,
     LangGraphArtifactStore,
     _thread_from_label,
@@ -147,8 +149,11 @@ def test_item_layout_in_the_langgraph_store() -> None:
     item = lg.get(("cachepilot", "artifacts", "run%2E7"), ref)
     assert item is not None
     value = item.value
-    assert value["format"] == VALUE_FORMAT
-    assert base64.b64decode(value["data_b64"]) == payload
+    assert value["format"] == VALUE_FORMAT and "data_b64" not in value  # metadata only
+    assert store.payload_namespace_of("run.7") == ("cachepilot-payloads", "artifacts", "run%2E7")
+    data = lg.get(("cachepilot-payloads", "artifacts", "run%2E7"), ref)
+    assert data is not None and data.value["format"] == PAYLOAD_FORMAT
+    assert base64.b64decode(data.value["data_b64"]) == payload
     assert value["sha256"] == content_digest(payload) and value["size"] == len(payload)
     assert json.loads(value["meta_json"]) == {"tool": "bash", "args": {"cmd": "ls"}}
     assert (value["created_at"], value["last_access"], value["access_count"]) == (
@@ -295,7 +300,7 @@ def test_a_corrupt_payload_is_not_served(caplog: pytest.LogCaptureFixture) -> No
     lg = InMemoryStore()
     store = LangGraphArtifactStore(lg)
     ref = store.put("t", "original text")
-    namespace = store.namespace_of("t")
+    namespace = store.payload_namespace_of("t")
     item = lg.get(namespace, ref)
     assert item is not None
     for bad in [base64.b64encode(b"tampered").decode(), "***not base64***"]:
@@ -304,6 +309,35 @@ def test_a_corrupt_payload_is_not_served(caplog: pytest.LogCaptureFixture) -> No
             assert store.get("t", ref) is None
         assert "corrupt" in caplog.text
         caplog.clear()
+
+
+def test_items_of_the_first_layout_are_read_and_removed() -> None:
+    """Metadata and payload in one item (`cachepilot.artifact/1`), as earlier versions wrote."""
+    lg = InMemoryStore()
+    store = LangGraphArtifactStore(lg, clock=FakeClock())
+    ref = store.put("t", "new layout")
+    meta = lg.get(store.namespace_of("t"), ref)
+    assert meta is not None
+    old_ref = make_ref("old layout")
+    lg.put(
+        store.namespace_of("t"),
+        old_ref,
+        {
+            **meta.value,
+            "format": INLINE_FORMAT,
+            "ref": old_ref,
+            "sha256": content_digest(b"old layout"),
+            "size": len("old layout"),
+            "data_b64": base64.b64encode(b"old layout").decode(),
+        },
+    )
+    artifact = store.get("t", old_ref)
+    assert artifact is not None and artifact.text == "old layout"
+    assert store.record_access("t", old_ref)
+    assert {info.ref for info in store.list("t")} == {ref, old_ref}
+    assert store.delete_thread("t") == 2
+    assert lg.search(store.namespace_of("t")) == []
+    assert lg.search(store.payload_namespace_of("t")) == []
 
 
 def test_media_type_must_be_printable_ascii() -> None:
@@ -420,7 +454,7 @@ def test_adapters_made_per_call_share_the_schedule_and_totals() -> None:
     ops.clear()
     for i in range(5):  # a fresh adapter per call, as a node would make from runtime.store
         LangGraphArtifactStore(lg).put("t", f"payload {i}")
-    assert ops == ["GetOp", "PutOp"] * 5  # no scan, no listing: the totals are known
+    assert ops == ["GetOp", "PutOp", "PutOp"] * 5  # payload + metadata; no scan, no listing
     other = LangGraphArtifactStore(lg, namespace=("elsewhere",))
     ops.clear()
     other.put("t", "x")
@@ -636,13 +670,48 @@ def test_pilot_archives_and_recalls_through_the_graph_store() -> None:
     assert "was not found in this conversation" in pilot.recall(infos[0].ref, thread="other")
 
 
-def test_pilot_passes_output_through_when_the_payload_is_too_big() -> None:
+def test_a_payload_too_big_to_archive_is_bounded_and_counted() -> None:
     store = LangGraphArtifactStore(InMemoryStore(), max_payload_bytes=1000)
     pilot = CachePilot(Config(), store=store)
     output = "y" * 200_000
-    assert pilot.ingest("bash", {"command": "yes"}, output, "c", thread="t") == output
+    text = pilot.ingest("bash", {"command": "yes"}, output, "c", thread="t")
+    assert len(text) < 5_000 and "the archive is unavailable" in text
+    assert pilot.state("t").archive_failures == 1
     assert store.list("t") == []
+    small = "z\n" * 400  # under the size limit: passed whole, nothing lost
+    assert pilot.ingest("bash", {"command": "z"}, small + "z" * 2_000, "d", thread="t") == (
+        small + "z" * 2_000
+    )
 
 
 def test_adapter_satisfies_the_protocol() -> None:
     assert isinstance(LangGraphArtifactStore(InMemoryStore()), ArtifactStore)
+
+
+def test_a_fresh_process_first_put_reads_no_payloads() -> None:
+    """The first put scans the namespace (retention, caps): metadata items only."""
+    from langgraph.store.base import SearchOp
+
+    import cachepilot_langgraph.store as adapter_module
+
+    read: list[int] = []
+
+    class CountingStore(InMemoryStore):
+        def batch(self, batch_ops: Iterable[Op]) -> list[Result]:
+            batch_ops = list(batch_ops)
+            results = super().batch(batch_ops)
+            for op, result in zip(batch_ops, results, strict=True):
+                if isinstance(op, SearchOp):
+                    read.extend(len(json.dumps(item.value)) for item in result)
+            return results
+
+    lg = CountingStore()
+    filler = LangGraphArtifactStore(lg)
+    for i in range(20):
+        filler.put(f"t{i % 4}", f"{i} " + "x" * 100_000)
+    adapter_module._SHARED.clear()  # a new process: no tallies, no schedule
+    read.clear()
+    fresh = LangGraphArtifactStore(lg)
+    fresh.put("t0", "one more output")
+    assert len(read) == 20  # every artifact was looked at (retention and caps) ...
+    assert sum(read) < 30_000  # ... through its metadata only (2 MB of payloads stay unread)

@@ -40,6 +40,15 @@ class _Progress:
         self.stream.flush()
 
 
+_CLIENT_MARKS: dict[str, Any] = {
+    "choices": ("default", "none"),
+    "default": "default",
+    "help": "explicit-breakpoint providers (anthropic): what the agent marks itself, "
+    "'default' (tools + system and the last message, as Claude Code does) or 'none' "
+    "(no cache_control); cachepilot adds its own marks in either case",
+}
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from cachepilot.sim import DEFAULT_PROFILE, PROFILES
 
@@ -71,6 +80,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help=f"provider cache profile (default: {DEFAULT_PROFILE})",
     )
     bench.add_argument("--mode", choices=["isolated", "continuous"], default="isolated")
+    bench.add_argument("--client-marks", **_CLIENT_MARKS)
     bench.add_argument("--chain", type=int, default=4, help="continuous mode: traces per session")
     bench.add_argument("--json", dest="json_path", metavar="FILE", help="write results as JSON")
     bench.add_argument("--plot", metavar="FILE", help="write a PNG chart (needs matplotlib)")
@@ -91,6 +101,7 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--plot", default="cachepilot-demo.png", metavar="FILE")
     demo.add_argument("--provider", default=DEFAULT_PROFILE, choices=sorted(PROFILES))
     demo.add_argument("--json", dest="json_path", metavar="FILE")
+    demo.add_argument("--client-marks", **_CLIENT_MARKS)
     demo.add_argument(
         "--engine",
         choices=("agent", "bench"),
@@ -113,6 +124,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from cachepilot.compress.cli import add_optimize_parser
 
     add_optimize_parser(sub)
+    from cachepilot.proxy.cli import add_proxy_parser
+
+    add_proxy_parser(sub)
     return parser
 
 
@@ -140,6 +154,7 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         chain=args.chain,
         workers=args.workers,
         encoding=args.encoding,
+        client_marks=args.client_marks,
     )
     names = args.strategies or list(ALL_STRATEGIES)
     sessions, traces = _load_sessions(args.traces)
@@ -217,13 +232,16 @@ def _cmd_demo_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from cachepilot.demo_workload import build_demo_session
 
     session = build_demo_session()
-    config = BenchConfig(provider=args.provider, workers=1)
+    config = BenchConfig(provider=args.provider, workers=1, client_marks=args.client_marks)
     results = run_bench([session], list(ALL_STRATEGIES), config)
     by_name = {r.strategy: r for r in results}
     # The per-call table shows the reference, the peers that changed anything, and cachepilot;
     # every strategy (ablations included) is in the totals table below.
     names = [n for n in PER_CALL_COLUMNS if n in by_name]
-    out.write(f"built-in demo session: {session.id}, simulated provider {config.provider}\n\n")
+    marks = ", agent's own cache marks: none" if config.client_marks == "none" else ""
+    out.write(
+        f"built-in demo session: {session.id}, simulated provider {config.provider}{marks}\n\n"
+    )
     head = f"{'call':>4} " + " ".join(f"{n[:16]:>16}" for n in names)
     out.write("input cost per call, USD\n" + head + "\n")
     per_call: dict[str, dict[int, float]] = {}
@@ -259,6 +277,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    from cachepilot.redact import RedactingFilter, redact
+
+    for handler in logging.getLogger().handlers:  # no credential shape reaches the terminal
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
     from cachepilot.audit.cli import cmd_audit
     from cachepilot.inspect_state import cmd_inspect
 
@@ -266,10 +289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cachepilot.compress.cli import cmd_optimize
 
     handlers["optimize-guideline"] = cmd_optimize
+    from cachepilot.proxy.cli import cmd_proxy
+
+    handlers["proxy"] = cmd_proxy
     try:
         return handlers[args.command](args, sys.stdout, sys.stderr)
     except ValueError as exc:
-        sys.stderr.write(f"cachepilot {args.command}: {exc}\n")
+        sys.stderr.write(f"cachepilot {args.command}: {redact(str(exc))}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

@@ -48,6 +48,7 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 from cachepilot.canonical import canonicalize_text, detect_volatile, tool_name
 from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart, content_hash
 from cachepilot.plan import FOLD_ID_PREFIX
+from cachepilot.redact import redact, redact_slice
 from cachepilot.sim.profiles import ProviderProfile, get_profile
 from cachepilot.sim.render import (
     RenderedRequest,
@@ -283,7 +284,7 @@ def _coerce(value: RequestLike) -> tuple[Request, Mapping[str, Any], str]:
     if isinstance(value, HasRequest):
         return value.request, value.params, value.api
     if isinstance(value, Mapping):
-        from cachepilot.audit.wire import parse_body
+        from cachepilot.wire import parse_body
 
         parsed = parse_body(value)
         return parsed.request, parsed.params, parsed.api
@@ -326,11 +327,12 @@ def _first_difference(a: str, b: str) -> int:
 
 
 def _snippet(text: str, offset: int) -> str:
+    """The text around `offset`, credential shapes replaced (reports are saved and shared)."""
     start = max(0, offset - _SNIPPET_BEFORE)
     end = min(len(text), offset + _SNIPPET_AFTER)
     head = "…" if start > 0 else ""
     tail = "…" if end < len(text) else ""
-    return f"{head}{text[start:end]}{tail}"
+    return f"{head}{redact_slice(text, start, end)}{tail}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -689,7 +691,7 @@ def explain(
 
 def _brief(value: Any) -> str:
     text = "unset" if value is None else repr(value)
-    return text if len(text) <= 40 else text[:39] + "…"
+    return redact(text) if len(text) <= 40 else redact_slice(text, 0, 39) + "…"
 
 
 def _duration(seconds: float | None) -> str:

@@ -29,6 +29,7 @@ from cachepilot.artifacts import ArtifactStore
 from cachepilot.memory import SessionMemory
 from cachepilot.messages import ImagePart, Message, TextPart, message_keys
 from cachepilot.plan import FOLD_ID_PREFIX, Edit, Plan, PlanView, render_plan
+from cachepilot.redact import redact
 from cachepilot.tokens import TokenCounter, get_counter
 
 __all__ = [
@@ -732,7 +733,10 @@ def _fallback(request: FoldRequest, counter: TokenCounter) -> str:
 
 
 def _finish(prepared: _Prepared, body: str) -> Edit:
-    text = prepared.header if not body.strip() else f"{prepared.header}\n\n{body.strip()}"
+    # Whatever wrote the summary (a model or the resume block), it is cachepilot's text:
+    # credential shapes copied from the folded messages are replaced (the archive keeps them).
+    body = redact(body).strip()
+    text = prepared.header if not body else f"{prepared.header}\n\n{body}"
     return Edit(
         kind="fold", key=prepared.key, end_key=prepared.end_key, text=text, ref=prepared.ref
     )

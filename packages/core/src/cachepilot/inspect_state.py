@@ -8,10 +8,15 @@ rate. Sources:
   values holding one under `"cachepilot"` (and the `"messages"`), or `{thread: state, ...}`;
 - an Agents SDK state database: the `cachepilot_state` table the `cachepilot_agents` plugin
   keeps beside an `SQLiteSession` (read with `sqlite3`, no SDK needed);
-- a LangGraph SQLite checkpoint database (`SqliteSaver`; needs `cachepilot-langgraph[sqlite]`);
-- in code, any LangGraph checkpointer: `from_checkpointer(checkpointer, thread_id)`.
+- a LangGraph SQLite checkpoint database (`SqliteSaver`), decoded as plain data by
+  `cachepilot.checkpoint_reader`: nothing in the file is imported or run, and what could not
+  be decoded is named in the report;
+- in code, any LangGraph checkpointer: `from_checkpointer(checkpointer, thread_id)` (decoded
+  by that checkpointer's own serializer: use it on your own checkpoints).
 
-The report never changes the source (databases are opened read-only).
+The command never changes its inputs: databases (the source and `--store`) are opened
+read-only (`cachepilot.artifacts.sqlite_readonly`): no migration, no retention run, no access
+counting, and the files stay byte-identical.
 """
 
 from __future__ import annotations
@@ -20,16 +25,18 @@ import argparse
 import json
 import logging
 import os
-import sqlite3
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from cachepilot import checkpoint_reader
 from cachepilot.artifacts import ArtifactStore
+from cachepilot.artifacts.sqlite_readonly import connect_read_only
 from cachepilot.messages import Message
 from cachepilot.pilot import PilotState
+from cachepilot.redact import redact, redact_slice
 from cachepilot.sim import DEFAULT_PROFILE, get_profile
 from cachepilot.tokens import TokenCounter, get_counter
 from cachepilot.usage import Usage
@@ -139,8 +146,7 @@ def from_checkpointer(checkpointer: Any, thread_id: str) -> InspectedThread:
 
 
 def _sqlite_threads(path: Path, thread: str | None) -> list[InspectedThread]:
-    uri = f"file:{path}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True)
+    conn = connect_read_only(path)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if _AGENTS_TABLE in tables:
@@ -153,39 +159,35 @@ def _sqlite_threads(path: Path, thread: str | None) -> list[InspectedThread]:
                 for t, s, u in rows
                 if thread is None or t == thread
             ]
-        if "checkpoints" in tables:
-            ids = [
-                str(r[0])
-                for r in conn.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY 1")
-            ]
-        else:
+        if "checkpoints" not in tables:
             raise ValueError(
                 f"{path}: neither an Agents SDK state database ({_AGENTS_TABLE}) nor a "
                 "LangGraph checkpoint database (checkpoints)"
             )
-    finally:
-        conn.close()
-    try:
-        from langgraph.checkpoint.sqlite import SqliteSaver
-    except ImportError as exc:
-        raise ValueError(
-            "reading a LangGraph checkpoint database needs langgraph-checkpoint-sqlite: "
-            "pip install 'cachepilot-langgraph[sqlite]'"
-        ) from exc
-    out: list[InspectedThread] = []
-    read = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-    try:
-        saver = SqliteSaver(read)
-        for tid in ids:
+        out: list[InspectedThread] = []
+        for tid in checkpoint_reader.thread_ids(conn):
             if thread is not None and tid != thread:
                 continue
             try:
-                out.append(from_checkpointer(saver, tid))
+                decoded = checkpoint_reader.latest_channel_values(conn, tid)
             except ValueError as exc:
-                logger.info("%s", exc)
+                logger.warning("thread %s: %s", tid, exc)
+                continue
+            if decoded is None:
+                continue
+            skipped = decoded.describe_skipped()
+            if skipped:
+                logger.warning("thread %s: not decoded (left out, nothing run): %s", tid, skipped)
+            item = _from_values(decoded.value, tid, path.name)
+            if item is None:
+                logger.info("thread %r has no '%s' state in its checkpoint", tid, STATE_KEY)
+                continue
+            if skipped:
+                item.extra["not_decoded"] = skipped
+            out.append(item)
+        return out
     finally:
-        read.close()
-    return out
+        conn.close()
 
 
 def load_threads(path: str | os.PathLike[str], thread: str | None = None) -> list[InspectedThread]:
@@ -240,8 +242,9 @@ def _json_threads(data: Any, file: Path, thread: str | None) -> list[InspectedTh
 
 
 def _clip(text: str, limit: int = 100) -> str:
+    """One line of at most `limit` characters, credential shapes replaced."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return redact(text) if len(text) <= limit else redact_slice(text, 0, limit - 1) + "…"
 
 
 def inspect_report(
@@ -282,7 +285,7 @@ def inspect_report(
     segments = list(state.lifecycle.segments.values())
     lifecycle = Counter(f"{s.kind}:{s.state.value}" for s in segments)
     evicted = [
-        {"id": s.id, "label": _clip(s.label, 80), "reason": s.reason}
+        {"id": s.id, "label": _clip(s.label, 80), "reason": _clip(s.reason, 200)}
         for s in segments
         if s.kind == "unit" and s.state.value == "evictable"
     ]
@@ -299,7 +302,7 @@ def inspect_report(
         "recalls": state.recalls,
         "tools_fingerprint": state.tools_fingerprint,
         "canonical": {
-            "values": dict(state.canonical.values),
+            "values": {k: redact(str(v)) for k, v in state.canonical.values.items()},
             "placement": state.canonical.placement,
             "refreshes": state.canonical.epoch,
             "tool_changes": state.canonical.tool_changes,
@@ -311,6 +314,7 @@ def inspect_report(
         "evicted_units": evicted,
         "artifacts": None,
         "tokens": None,
+        "not_decoded": item.extra.get("not_decoded"),
     }
     if store is not None:
         try:
@@ -355,6 +359,11 @@ def format_inspect(doc: Mapping[str, Any]) -> str:
     u = doc["usage"]
     lines = [
         f"thread {doc['thread']} ({doc['source']})",
+        *(
+            [f"  not decoded (left out, nothing run): {doc['not_decoded']}"]
+            if doc.get("not_decoded")
+            else []
+        ),
         f"  calls {doc['calls']} | prompt {u['input_tokens']:,} | cached {u['cached_tokens']:,} "
         f"({100 * doc['hit_rate']:.1f}%) | written {u['cache_write_tokens']:,} | output "
         f"{u['output_tokens']:,} | ${doc['cost_usd']:.4f} ({doc['provider']}) | recalls "
@@ -435,7 +444,7 @@ def add_inspect_parser(sub: Any) -> None:
     p.add_argument(
         "--store",
         metavar="PATH",
-        help="artifact archive (SQLite) to list the biggest artifacts from",
+        help="artifact archive (SQLite) to list the biggest artifacts from (read-only)",
     )
     p.add_argument("--provider", default=DEFAULT_PROFILE, choices=sorted(PROFILES))
     p.add_argument("--top", type=int, default=10, help="artifacts and tools listed (default 10)")
@@ -451,9 +460,9 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.store:
         if not Path(args.store).is_file():
             raise ValueError(f"no such artifact archive: {args.store}")
-        from cachepilot.artifacts import SQLiteArtifactStore
+        from cachepilot.artifacts.sqlite_readonly import ReadOnlySQLiteArtifactStore
 
-        store = SQLiteArtifactStore(args.store)
+        store = ReadOnlySQLiteArtifactStore(args.store)
     try:
         docs = [
             inspect_report(t, store=store, provider=args.provider, top=args.top) for t in threads

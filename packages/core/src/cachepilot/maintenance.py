@@ -6,7 +6,8 @@ tokens saves about R × p_hit on every later call. The scheduler appends an epoc
 
 * the expected saving over the remaining calls exceeds the one-off re-miss cost,
 * the context has passed the fold trigger (it must shrink whatever the cost),
-* the cache is cold anyway (idle longer than the provider's TTL: rewriting is free), or
+* the cache is cold anyway (idle longer than `cache_cold_after`, by default the provider's
+  TTL: rewriting is free), or
 * (ablation) a fixed every-B schedule says so.
 
 All pending edits coalesce into that one epoch. Every decision is returned as a small record
@@ -15,15 +16,19 @@ that says why, what it saves and what it re-misses.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from cachepilot.arguments import ReducedArguments, reduce_arguments
 from cachepilot.messages import Message
 from cachepilot.plan import Edit
 from cachepilot.pricing import Price
+from cachepilot.redact import redact
 from cachepilot.tokens import TokenCounter
 
 __all__ = [
@@ -32,10 +37,12 @@ __all__ = [
     "FoldEstimate",
     "MaintenanceConfig",
     "Rates",
+    "argument_plan",
     "build_edits",
     "decide",
     "fold_estimate",
     "fold_pays",
+    "is_stub",
     "prune_candidates",
     "rates",
     "stub_text",
@@ -43,6 +50,11 @@ __all__ = [
 ]
 
 _STUB_MAX_LABEL = 60
+_STUB = re.compile(
+    r"\[[^\n]{1,60} output (?:pruned|evicted)(?: \([^\n]{0,80}\))?: [\d,]{1,15} tokens; "
+    r'full text: recall\(ref="[0-9a-f]{12}"\)\]'
+)
+_STUB_MAX_CHARS = 300
 
 
 class MaintenanceConfig(BaseModel):
@@ -71,6 +83,20 @@ class MaintenanceConfig(BaseModel):
     """Prune only when it would remove at least this many tokens."""
     min_result_tokens: int = 200
     """Results smaller than this are not worth a stub."""
+    reduce_arguments: bool = True
+    """Also reduce large tool-call arguments (a file's content in a `write` call) of calls
+    answered before the last `protect_results` results (and the last `protect_user_turns`
+    turns): each string value longer than `argument_min_chars` is archived and replaced by a
+    preview naming its ref (the call's id, name and JSON shape stay)."""
+    argument_min_chars: int = 5_000
+    """Argument string values longer than this are reduced."""
+    argument_preview_chars: int = 300
+    """Head of a reduced argument value kept in the preview."""
+    cache_cold_after: float | None = None
+    """Idle seconds after which the provider cache counts as cold, so a pending rewrite is
+    applied for free; None takes the provider profile's TTL. A cautious value above the TTL
+    avoids rewriting a cache the provider still holds (providers often keep entries longer
+    than documented)."""
     fold_trigger: float = 0.8
     """Share of the usable input window past which maintenance is forced (and, if pruning
     and eviction do not bring the context below it, the history is folded)."""
@@ -84,11 +110,11 @@ class MaintenanceConfig(BaseModel):
     """A cost-model fold must remove at least this many tokens."""
     fold_summary_tokens: int = 800
     """Target size of a fold summary (the cost model counts on it)."""
-    fold_finished_tasks: bool = False
+    fold_finished_tasks: bool = True
     """Fold the tasks the lifecycle marks evictable (a later user turn started the next task
     and none of their work is referenced any more) as soon as the cost model says it pays,
-    however small they are: the current task is the protected tail. Off by default until it
-    is checked with frameworks that persist folds into their own state."""
+    however small they are: the current task is the protected tail (on a cold cache whenever
+    the fold removes tokens: the rewrite is free then)."""
     context_window: int | None = None
     """Usable input window in tokens; None takes the provider profile's."""
     horizon: float = 0.5
@@ -114,6 +140,12 @@ class MaintenanceConfig(BaseModel):
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.argument_min_chars < 200:
+            raise ValueError("argument_min_chars must be >= 200")
+        if not 0 <= self.argument_preview_chars <= self.argument_min_chars // 2:
+            raise ValueError("argument_preview_chars must be within [0, argument_min_chars / 2]")
+        if self.cache_cold_after is not None and not 0 < self.cache_cold_after <= 30 * 86_400:
+            raise ValueError("cache_cold_after must be within (0, 30 days] seconds, or None")
         if self.context_window is not None and self.context_window < 1_000:
             raise ValueError("context_window must be >= 1000 tokens")
         if not 0.0 < self.horizon <= 10.0:
@@ -130,10 +162,14 @@ class Candidate:
     index: int
     """Position in the view (the transcript with earlier epochs applied)."""
     key: str
-    kind: Literal["stub", "evict"]
+    kind: Literal["stub", "evict", "args"]
     tokens: int
-    """Tokens of the result as it stands."""
+    """Tokens of the result as it stands (`args`: of the arguments to reduce)."""
     reason: str
+    kept_tokens: int = 30
+    """Tokens left after the edit (a stub: about 30; `args`: the reduced arguments)."""
+    calls: tuple[str, ...] = ()
+    """`args` only: ids of the calls whose arguments are reduced."""
 
 
 class Decision(BaseModel):
@@ -160,11 +196,21 @@ class Decision(BaseModel):
 def stub_text(
     kind: Literal["stub", "evict"], message: Message, tokens: int, ref: str, reason: str
 ) -> str:
-    """Deterministic one-line stub that names the ref to recall."""
+    """Deterministic one-line stub that names the ref to recall.
+
+    The reason may come from a model (the LLM lifecycle estimator): credential shapes in it
+    are replaced (`cachepilot.redact`).
+    """
     label = (message.name or "tool")[:_STUB_MAX_LABEL]
     verb = "pruned" if kind == "stub" else "evicted"
-    why = f" ({reason})" if reason and kind == "evict" else ""
+    why = f" ({redact(reason)})" if reason and kind == "evict" else ""
     return f'[{label} output {verb}{why}: {tokens:,} tokens; full text: recall(ref="{ref}")]'
+
+
+def is_stub(text: str) -> bool:
+    """True when `text` is exactly a `stub_text` (a result that a framework already holds as
+    its stub: stubbing it again could only lose the ref it names)."""
+    return len(text) <= _STUB_MAX_CHARS and _STUB.fullmatch(text) is not None
 
 
 def prune_candidates(
@@ -194,6 +240,7 @@ def prune_candidates(
     protected: set[int] = set(
         tool_indices[-config.protect_results :] if config.protect_results else ()
     )
+    recent = set(protected)  # what protects arguments: the last results, not the token budget
     budget = config.protect_tool_tokens
     for i in reversed(tool_indices):
         if budget <= 0:
@@ -205,18 +252,84 @@ def prune_candidates(
         if users:
             start = users[-min(config.protect_user_turns, len(users))]
             protected.update(i for i in tool_indices if i >= start)
+            recent.update(i for i in tool_indices if i >= start)
     out: list[Candidate] = []
     for i in tool_indices:
         key = keys[i]
         if i in protected or key in already:
             continue
         tokens = size(i)
-        if tokens < config.min_result_tokens:
+        if tokens < config.min_result_tokens or is_stub(messages[i].text):
             continue
         if config.evict and key in evictable:
             out.append(Candidate(i, key, "evict", tokens, evictable[key]))
         elif config.prune:
             out.append(Candidate(i, key, "stub", tokens, "old tool output"))
+    if config.reduce_arguments:
+        # A large argument is the exchange's big item: the token budget that keeps recent
+        # outputs would keep it for many calls; the last `protect_results` results do.
+        tail = min(recent) if recent else len(messages)
+        found = _argument_candidates(
+            messages, keys, counter, config, already=already, tool_indices=tool_indices, tail=tail
+        )
+        out.extend(found)
+        out.sort(key=lambda c: c.index)
+    return out
+
+
+def argument_plan(arguments: str, config: MaintenanceConfig) -> ReducedArguments | None:
+    """`reduce_arguments` with the config's sizes (memoised: the same text is judged on
+    every call until it is reduced)."""
+    if len(arguments) <= config.argument_min_chars:
+        return None
+    return _argument_plan(arguments, config.argument_min_chars, config.argument_preview_chars)
+
+
+@lru_cache(maxsize=256)
+def _argument_plan(arguments: str, min_chars: int, preview_chars: int) -> ReducedArguments | None:
+    return reduce_arguments(arguments, min_chars=min_chars, preview_chars=preview_chars)
+
+
+def _argument_candidates(
+    messages: Sequence[Message],
+    keys: Sequence[str],
+    counter: TokenCounter,
+    config: MaintenanceConfig,
+    *,
+    already: set[str],
+    tool_indices: Sequence[int],
+    tail: int,
+) -> list[Candidate]:
+    """Assistant messages before the protected tail with long argument values, every call of
+    them answered before the tail (a call still running, or one whose result is protected,
+    keeps its arguments)."""
+    answered: dict[str, int] | None = None
+    out: list[Candidate] = []
+    for i in range(min(tail, len(messages))):
+        message = messages[i]
+        if message.role != "assistant" or not message.tool_calls or keys[i] in already:
+            continue
+        if all(len(c.arguments) <= config.argument_min_chars for c in message.tool_calls):
+            continue
+        if answered is None:
+            answered = {}
+            for t in tool_indices:
+                answered.setdefault(str(messages[t].tool_call_id), t)
+        if any(answered.get(c.id, tail) >= tail for c in message.tool_calls):
+            continue
+        tokens = kept = 0
+        calls: list[str] = []
+        for call in message.tool_calls:
+            plan = argument_plan(call.arguments, config)
+            if plan is None:
+                continue
+            tokens += counter.count(call.arguments)
+            kept += counter.count(plan.text)
+            calls.append(call.id)
+        if calls and tokens - kept >= config.min_result_tokens:
+            out.append(
+                Candidate(i, keys[i], "args", tokens, "old tool-call arguments", kept, tuple(calls))
+            )
     return out
 
 
@@ -428,7 +541,8 @@ def decide(
         }
     )
     forced = context_tokens >= config.fold_trigger * context_window
-    cold = ttl_seconds is not None and idle_seconds is not None and idle_seconds > ttl_seconds
+    cold_after = config.cache_cold_after if config.cache_cold_after is not None else ttl_seconds
+    cold = cold_after is not None and idle_seconds is not None and idle_seconds > cold_after
     if config.schedule == "fixed":
         if call % config.every == 0 or forced:
             return record.model_copy(
@@ -510,7 +624,7 @@ def _best_cut(
 def build_edits(
     chosen: Sequence[Candidate], texts: Sequence[str], refs: Sequence[str]
 ) -> list[Edit]:
-    """Edits for the chosen candidates, in transcript order."""
+    """Stub and evict edits for the chosen candidates, in transcript order."""
     return [
         Edit(kind=c.kind, key=c.key, text=t, ref=r)
         for c, t, r in sorted(zip(chosen, texts, refs, strict=True), key=lambda x: x[0].index)

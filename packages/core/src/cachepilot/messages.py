@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 __all__ = [
+    "MISSING_RESULT",
     "ROLES",
     "ContentPart",
     "ImagePart",
@@ -31,6 +32,7 @@ __all__ = [
     "check_pairing",
     "content_hash",
     "message_keys",
+    "missing_results",
     "pairing_issues",
 ]
 
@@ -419,6 +421,51 @@ class PairingScanner:
                 PairingIssue(at, "unanswered_call", cid) for cid, at in self._pending.items()
             )
         return out
+
+
+MISSING_RESULT = (
+    "[error: this tool call produced no result (the run was interrupted or the result was "
+    "lost); run it again if it is still needed]"
+)
+"""The content of the synthetic result `missing_results` gives a call that has none."""
+
+
+def missing_results(
+    messages: Sequence[Message], issues: Iterable[PairingIssue]
+) -> list[tuple[int, Message]]:
+    """Synthetic error results for the `unanswered_call` issues of `messages`.
+
+    Providers reject a history whose tool call has no result. Each unanswered call gets a
+    tool message with `MISSING_RESULT`, placed after the answers its assistant message has
+    (before the next non-tool message), in call order. Deterministic: no time, no ids.
+
+    Returns:
+        (position, message) pairs in ascending position: insert each at its position in
+        the original list (earlier insertions do not shift later positions).
+    """
+    wanted: dict[int, set[str]] = {}
+    for issue in issues:
+        if issue.kind == "unanswered_call" and 0 <= issue.index < len(messages):
+            wanted.setdefault(issue.index, set()).add(issue.call_id)
+    out: list[tuple[int, Message]] = []
+    for index in sorted(wanted):
+        end = index + 1
+        while end < len(messages) and messages[end].role == "tool":
+            end += 1
+        for call in messages[index].tool_calls:
+            if call.id in wanted[index]:
+                out.append(
+                    (
+                        end,
+                        Message(
+                            role="tool",
+                            content=MISSING_RESULT,
+                            tool_call_id=call.id,
+                            name=call.name,
+                        ),
+                    )
+                )
+    return out
 
 
 def check_pairing(messages: Iterable[Message], *, allow_pending_tail: bool = True) -> None:

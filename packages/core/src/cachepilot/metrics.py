@@ -68,6 +68,8 @@ class CallMetrics:
         epoch_reason: why it was appended (`cost-model`, `fold-trigger`, `cold-cache`…).
         model: model name, when known.
         provider: provider profile the cost comes from.
+        archive_failures: tool results since the previous call whose original could not be
+            archived (an unreachable artifact store: their middle was cut, not kept).
     """
 
     thread: str
@@ -84,9 +86,16 @@ class CallMetrics:
     epoch_reason: str | None = None
     model: str | None = None
     provider: str | None = None
+    archive_failures: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("prompt_tokens", "cached_tokens", "cache_write_tokens", "output_tokens"):
+        for name in (
+            "prompt_tokens",
+            "cached_tokens",
+            "cache_write_tokens",
+            "output_tokens",
+            "archive_failures",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"CallMetrics.{name} must be >= 0")
         if self.call < 0:
@@ -129,6 +138,8 @@ class ThreadMetrics:
     recalls: int = 0
     epochs: list[tuple[int, str]] = field(default_factory=list)
     """(epoch index, reason) of every maintenance epoch."""
+    archive_failures: int = 0
+    """Tool results whose original could not be archived (an artifact-store outage)."""
 
     @property
     def hit_rate(self) -> float:
@@ -146,6 +157,7 @@ class ThreadMetrics:
         self.input_cost_usd += call.input_cost_usd
         self.bytes_reduced += call.bytes_reduced
         self.recalls += call.recalls
+        self.archive_failures += call.archive_failures
         if call.epoch is not None:
             self.epochs.append((call.epoch, call.epoch_reason or ""))
 
@@ -174,6 +186,7 @@ def call_metrics(
     epoch: int | None = None,
     epoch_reason: str | None = None,
     model: str | None = None,
+    archive_failures: int = 0,
 ) -> CallMetrics:
     """A `CallMetrics` from normalized usage, priced with the provider profile (if given).
 
@@ -199,13 +212,15 @@ def call_metrics(
         epoch_reason=epoch_reason,
         model=model,
         provider=profile.name if profile else None,
+        archive_failures=archive_failures,
     )
 
 
 def thread_metrics(
     state: Any, thread: str, *, provider: ProviderProfile | str | None = None
 ) -> ThreadMetrics:
-    """Thread totals from a `PilotState` (model or its JSON dict): usage, recalls, epochs.
+    """Thread totals from a `PilotState` (model or its JSON dict): usage, recalls, epochs,
+    archive failures.
 
     `bytes_reduced` is not kept in the state (it is per call): 0 here.
     """
@@ -231,6 +246,7 @@ def thread_metrics(
         input_cost_usd=cost.input_usd if cost else 0.0,
         recalls=int(data.get("recalls") or 0),
         epochs=epochs,
+        archive_failures=int(data.get("archive_failures") or 0),
     )
 
 
@@ -267,6 +283,8 @@ class LoggingSink:
     def record_call(self, call: CallMetrics, thread: ThreadMetrics) -> None:
         """Log the call."""
         epoch = f" epoch {call.epoch} ({call.epoch_reason})" if call.epoch is not None else ""
+        if call.archive_failures:
+            epoch += f"; {call.archive_failures} outputs could not be archived"
         self.log.info(
             "thread %s call %d: prompt %d cached %d (%.1f%%) written %d output %d $%.5f; "
             "thread hit rate %.1f%%%s",
@@ -288,8 +306,9 @@ class OTelSink:
 
     Instruments (meter `cachepilot`): `cachepilot.tokens` (attribute `kind`: prompt, cached,
     written, output), `cachepilot.cost` (USD), `cachepilot.bytes_reduced`,
-    `cachepilot.recalls`, `cachepilot.maintenance_epochs` (attribute `reason`), histogram
-    `cachepilot.hit_rate`. Span `cachepilot.model_call` carries every `CallMetrics` field.
+    `cachepilot.recalls`, `cachepilot.maintenance_epochs` (attribute `reason`),
+    `cachepilot.archive_failures`, histogram `cachepilot.hit_rate`. Span
+    `cachepilot.model_call` carries every `CallMetrics` field.
 
     Args:
         meter_provider: an OpenTelemetry `MeterProvider` (default: the global one).
@@ -319,6 +338,7 @@ class OTelSink:
         self._bytes = meter.create_counter("cachepilot.bytes_reduced", unit="By")
         self._recalls = meter.create_counter("cachepilot.recalls", unit="{recall}")
         self._epochs = meter.create_counter("cachepilot.maintenance_epochs", unit="{epoch}")
+        self._archive = meter.create_counter("cachepilot.archive_failures", unit="{output}")
         self._hit = meter.create_histogram("cachepilot.hit_rate", unit="1")
 
     def record_call(self, call: CallMetrics, thread: ThreadMetrics) -> None:
@@ -338,6 +358,8 @@ class OTelSink:
         self._cost.add(call.cost_usd, base)
         self._bytes.add(call.bytes_reduced, base)
         self._recalls.add(call.recalls, base)
+        if call.archive_failures:
+            self._archive.add(call.archive_failures, base)
         if call.epoch is not None:
             self._epochs.add(1, {**base, "reason": call.epoch_reason or ""})
         if call.prompt_tokens:

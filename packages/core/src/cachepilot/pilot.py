@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import operator
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cachepilot.artifacts import Artifact, ArtifactStore, SQLiteArtifactStore, default_store_path
 from cachepilot.artifacts.base import check_thread
+from cachepilot.breakpoints import CacheAnchors, advance_anchors, plan_breakpoints
 from cachepilot.canonical import (
     CanonicalConfig,
     Canonicalizer,
@@ -32,6 +34,7 @@ from cachepilot.canonical import (
     tool_fingerprint,
 )
 from cachepilot.canonical import tool_name as schema_name
+from cachepilot.events import LoopEvent, LoopHook
 from cachepilot.fold import Summarizer, cut_before, emergency_fold, fold_start, plan_fold
 from cachepilot.lifecycle import Estimator, LifecycleRegistry, RuleEstimator, SegmentState
 from cachepilot.maintenance import (
@@ -39,6 +42,7 @@ from cachepilot.maintenance import (
     Decision,
     FoldEstimate,
     MaintenanceConfig,
+    argument_plan,
     build_edits,
     decide,
     fold_estimate,
@@ -46,7 +50,14 @@ from cachepilot.maintenance import (
     stub_text,
     task_fold_estimate,
 )
-from cachepilot.messages import KeyTracker, Message, PairingIssue, PairingScanner
+from cachepilot.messages import (
+    ImagePart,
+    KeyTracker,
+    Message,
+    PairingIssue,
+    PairingScanner,
+    missing_results,
+)
 from cachepilot.plan import Edit, Epoch, Plan, PlanRenderer, PlanView
 from cachepilot.pricing import Price
 from cachepilot.recall import RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA, recall
@@ -54,21 +65,26 @@ from cachepilot.reduce import (
     IngestMemory,
     Pipeline,
     ReduceConfig,
+    Reduction,
     ToolResult,
     coerce_args,
     normalize_output,
     source_key,
 )
+from cachepilot.reduce.images import image_replacement
 from cachepilot.reduce.memory import canonical_args
+from cachepilot.reduce.passes.size import unarchived_preview
 from cachepilot.reduce.stubs import invalid_utf8_note, recall_call
 from cachepilot.refs import make_ref
-from cachepilot.sim import get_profile
+from cachepilot.settle import settle
+from cachepilot.sim import Request, get_profile, render_request
 from cachepilot.tokens import DEFAULT_ENCODING, TokenCounter, get_counter
 from cachepilot.usage import Usage
 from cachepilot.views import ResultViews, views_meta
 
 if TYPE_CHECKING:
     from cachepilot.compress import ObservationCompressor
+    from cachepilot.compress.observation import Compressed
 
 __all__ = ["CachePilot", "Config", "IngestReport", "PilotState"]
 
@@ -144,6 +160,11 @@ class PilotState(BaseModel):
     views: dict[str, str] = Field(default_factory=dict)
     """Tool results already ingested: view key -> ref of the archived reduced view (`""` when
     the model reads the result unchanged). See `cachepilot.views`."""
+    archive_failures: int = 0
+    """Tool results whose original could not be archived (the store failed): they reached the
+    model whole when under the size limit, else as a head/tail preview with the middle lost."""
+    anchors: CacheAnchors = Field(default_factory=CacheAnchors)
+    """Stable cache anchors for explicit-breakpoint providers (see `cache_breakpoints`)."""
     revision: int = 0
     """Bumped by every change (ingest, prepare, recall, usage): of two copies of a thread's
     state, the one with the higher revision is the newer (plugins merge parallel updates by
@@ -177,6 +198,10 @@ class _ViewCache:
         self._registry: LifecycleRegistry | None = None
         self._transitions = -1
         self._evictable: dict[str, str] = {}
+        self.view: PlanView | None = None
+        """The last rendered view."""
+        self._rewritable: int | None = None
+        self._rewritable_scanned = 0
 
     def render(self, messages: Sequence[Message], plan: Plan, keys: Sequence[str]) -> PlanView:
         """`render_plan(messages, plan, keys)`, extending the previous view when it can."""
@@ -186,7 +211,41 @@ class _ViewCache:
                 self._stale = (self._sized, self._sizes)
             self._sized, self._sizes, self._total = [], [], 0
             self._pairing = PairingScanner()
+            self._rewritable, self._rewritable_scanned = None, 0
+        self.view = view
         return view
+
+    def forget_rewritable(self) -> None:
+        """Scan for the first rewritable message again (positions in the view moved)."""
+        self._rewritable, self._rewritable_scanned = None, 0
+
+    def first_rewritable(
+        self, plan: Plan, counter: TokenCounter, config: MaintenanceConfig
+    ) -> int | None:
+        """Index in the last view of the first message a maintenance point could rewrite: a
+        tool result not edited yet and large enough to stub, or an assistant message with
+        long arguments not reduced yet. Scans new messages only until one is found."""
+        view = self.view
+        if view is None:
+            return None
+        if self._rewritable is None:
+            edited = self.edited_keys(plan)
+            start = self._rewritable_scanned
+            for index in range(start, len(view.messages)):
+                message, key = view.messages[index], view.keys[index]
+                if key in edited:
+                    continue
+                if message.role == "tool":
+                    found = counter.count_message(message) >= config.min_result_tokens
+                else:
+                    found = config.reduce_arguments and any(
+                        len(c.arguments) > config.argument_min_chars for c in message.tool_calls
+                    )
+                if found:
+                    self._rewritable = index
+                    break
+            self._rewritable_scanned = len(view.messages)
+        return self._rewritable
 
     def sizes(self, view: Sequence[Message], counter: TokenCounter) -> tuple[list[int], int]:
         """Tokens of each message of the last rendered `view`, and their sum (read-only)."""
@@ -265,6 +324,8 @@ class IngestReport:
     chars_saved: tuple[tuple[str, int], ...] = field(default_factory=tuple)
     """(pass name, characters it removed) for each of `steps` (negative when a pass added a
     note)."""
+    loop: LoopEvent | None = None
+    """Set when the call repeats the previous ones (see `CachePilot(on_loop=…)`)."""
 
 
 class CachePilot:
@@ -282,6 +343,10 @@ class CachePilot:
         compressor: optional `compress.ObservationCompressor`: a model compresses large tool
             outputs at ingestion (never already-sent history); the rule passes apply when it
             is absent, declines or fails.
+        on_loop: called with a `LoopEvent` when a tool result extends a run of identical
+            calls (`ReduceConfig.loop_flag_after` or more in a row), once per result, so the
+            host can act on a doom loop (stop, escalate, change strategy). Its errors are
+            logged, never raised.
     """
 
     def __init__(
@@ -292,8 +357,10 @@ class CachePilot:
         estimator: Estimator | None = None,
         summarizer: Summarizer | None = None,
         compressor: ObservationCompressor | None = None,
+        on_loop: LoopHook | None = None,
     ) -> None:
         self.config = config or Config()
+        self._on_loop = on_loop
         self._store = store
         self._store_lock = threading.Lock()
         self._states: dict[str, PilotState] = {}
@@ -309,6 +376,7 @@ class CachePilot:
         self._estimator: Estimator = estimator or RuleEstimator()
         self._summarizer = summarizer
         self._compressor = compressor
+        self._archive_down = False  # the last archive attempt failed (logged once per outage)
         # The recall tool's schema with sorted keys, one object per pilot (sent every call).
         self._recall_tool: dict[str, Any] = canonicalize_tool(RECALL_TOOL_SCHEMA)
         self._result_views = ResultViews(skip=(RECALL_TOOL_NAME,))
@@ -364,16 +432,12 @@ class CachePilot:
             self._states[thread] = loaded
         return loaded
 
-    def export_state(self, thread: str = "default") -> dict[str, Any]:
-        """A JSON-ready copy of a thread's state."""
-        return self.state(thread).model_dump(mode="json")
+    def drop_thread(self, thread: str, *, artifacts: bool = True) -> None:
+        """Forget a thread: its live state and caches, and (by default) its archived data.
 
-    def release(self, thread: str, *, archive: bool = False) -> None:
-        """Drop everything the pilot holds in memory for `thread` (state, view caches).
-
-        For scopes that end (a run with no thread of its own): a long-running process must
-        not keep them. With `archive=True` the thread's archived originals are deleted too
-        (nothing can ask for them any more). Persisted state elsewhere is not touched.
+        For scopes that end with their run (a request without a thread of its own) and for a
+        user deleting a conversation. Persisted copies of the state (graph state, sessions)
+        belong to the framework and are not touched. Never raises on a store failure (logged).
         """
         _check_thread(thread)
         with self._lock:
@@ -382,11 +446,15 @@ class CachePilot:
             self._views.pop(thread, None)
             self._warned_pairing.discard(thread)
         self._result_views.forget(thread)
-        if archive and self.has_store:
+        if artifacts and self.has_store:
             try:
                 self.store.delete_thread(thread)
             except Exception:
-                logger.warning("thread %s: its archive could not be deleted", thread, exc_info=True)
+                logger.warning("thread %s: archived data not deleted", thread, exc_info=True)
+
+    def export_state(self, thread: str = "default") -> dict[str, Any]:
+        """A JSON-ready copy of a thread's state."""
+        return self.state(thread).model_dump(mode="json")
 
     # --- ingestion ---------------------------------------------------------------------------
 
@@ -445,11 +513,14 @@ class CachePilot:
             except Exception:
                 logger.warning("observation compressor unavailable; rule passes apply")
         try:
+            # The passes run outside the pilot's lock (only the thread's memory is read and
+            # updated under it): a huge output never holds up other threads' calls.
+            reduction = self._pipeline.run(
+                tool_name, parsed_args, call_id, result, state.ingest,
+                compressed=compressed.text if compressed is not None else None,
+                memory_lock=self._lock,
+            )  # fmt: skip
             with self._lock:
-                reduction = self._pipeline.run(
-                    tool_name, parsed_args, call_id, result, state.ingest,
-                    compressed=compressed.text if compressed is not None else None,
-                )  # fmt: skip
                 state.revision += 1
         except Exception:
             logger.warning(
@@ -459,6 +530,50 @@ class CachePilot:
                 exc_info=True,
             )
             return IngestReport(result.text, None, original_chars)
+        loop = self._loop_event(thread, tool_name, call_id, reduction)
+        report = self._ingest_reduced(
+            thread,
+            tool_name,
+            parsed_args,
+            call_id,
+            result,
+            reduction=reduction,
+            compressed=compressed,
+        )
+        return report if loop is None else replace(report, loop=loop)
+
+    def _loop_event(
+        self, thread: str, tool_name: str, call_id: str, reduction: Reduction
+    ) -> LoopEvent | None:
+        """The loop event of a result that extends a run of identical calls, sent to the
+        host's hook (whose errors are logged)."""
+        run = reduction.loop_run
+        if run < self.config.reduction.loop_flag_after:
+            return None
+        event = LoopEvent(thread, tool_name, call_id, run, reduction.loop_same_output)
+        logger.info(
+            "thread %s: tool %r called identically %d times in a row", thread, tool_name, run
+        )
+        if self._on_loop is not None:
+            try:
+                self._on_loop(event)
+            except Exception:
+                logger.warning("thread %s: the on_loop hook failed", thread, exc_info=True)
+        return event
+
+    def _ingest_reduced(
+        self,
+        thread: str,
+        tool_name: str,
+        parsed_args: dict[str, Any],
+        call_id: str,
+        result: ToolResult,
+        *,
+        reduction: Reduction,
+        compressed: Compressed | None,
+    ) -> IngestReport:
+        """The report of a reduced result: archived when the reduction is lossy."""
+        original_chars = len(result.text)
         steps = tuple(s.pass_name for s in reduction.steps)
         saved = tuple((s.pass_name, s.chars_before - s.chars_after) for s in reduction.steps)
         if not reduction.lossy:
@@ -508,7 +623,7 @@ class CachePilot:
         extra_meta: Mapping[str, Any] | None = None,
     ) -> IngestReport:
         """Archive `result.original`; the report of `text` naming its ref (or, when the store
-        fails, of the output passed through whole)."""
+        fails, of the output as `_unarchived` bounds it)."""
         original_chars = len(result.text)
         steps = tuple(name for name, _ in saved)
         meta = {
@@ -525,15 +640,41 @@ class CachePilot:
         try:
             ref = self.store.put(thread, result.original, meta=meta, media_type=result.media_type)
         except Exception:
-            # Nothing may be lost: if the original cannot be archived, the model gets it whole.
-            logger.error(
-                "could not archive the original of tool %r call %s; passing it through unreduced",
-                tool_name,
-                call_id,
-                exc_info=True,
-            )
-            return IngestReport(result.text, None, original_chars)
+            return self._unarchived(thread, result, tool_name, args, call_id)
+        if self._archive_down:
+            self._archive_down = False
+            logger.warning("the artifact archive accepts originals again")
         return IngestReport(text, ref, original_chars, steps, saved)
+
+    def _unarchived(
+        self,
+        thread: str,
+        result: ToolResult,
+        tool_name: str,
+        args: dict[str, Any],
+        call_id: str,
+    ) -> IngestReport:
+        """The store failed: the output whole when under the tool's size limit (nothing is
+        lost), else a head/tail preview that says the middle was not kept. Counted in the
+        thread's `archive_failures`; logged with a traceback once per outage."""
+        with self._lock:
+            state = self.state(thread)
+            state.archive_failures += 1
+            state.revision += 1
+        first, self._archive_down = not self._archive_down, True
+        logger.log(
+            logging.ERROR if first else logging.WARNING,
+            "could not archive the original of tool %r call %s; outputs over the size limit "
+            "are cut to a preview until the archive is back",
+            tool_name,
+            call_id,
+            exc_info=first,
+        )
+        profile = self.config.reduction.profile_for(tool_name, args)
+        text = result.text
+        if len(text) > min(profile.limit, self.config.reduction.hard_cap):
+            text = unarchived_preview(text, profile.head_chars, profile.tail_chars)
+        return IngestReport(text, None, len(result.text))
 
     async def aingest(
         self,
@@ -611,7 +752,26 @@ class CachePilot:
                 return None
             return None if found is None else found.text
 
-        return self._result_views.apply(thread, messages, state.views, ingest=ingest, load=load)
+        def shrink(part: ImagePart, key: str) -> str | None:
+            replacement = image_replacement(part, self.config.reduction.image_max_bytes)
+            ref = ""
+            if replacement is not None:
+                try:  # the original first: nothing may be lost
+                    original = self.store.put(
+                        thread, part.url, meta={"kind": "image", "reason": "image over the limit"}
+                    )
+                    ref = self.store.put(thread, replacement, meta=views_meta(key, original, ""))
+                except Exception:
+                    logger.warning("thread %s: an image could not be archived; kept", thread)
+                    return None
+            with self._lock:
+                state.views[key] = ref
+                state.revision += 1
+            return replacement
+
+        return self._result_views.apply(
+            thread, messages, state.views, ingest=ingest, load=load, shrink=shrink
+        )
 
     async def areduce_results(
         self,
@@ -677,7 +837,9 @@ class CachePilot:
             if rendered is None:  # no scheduler, or an epoch was appended: render (again)
                 rendered = cache.render(canon_messages, state.plan, keys)
             view = rendered.messages
-            issues = self._pairing_issues(cache, view, thread)
+            issues, missing = self._pairing_issues(cache, view, thread)
+            if missing:
+                view = _with_missing(cache, rendered, missing)
             fingerprint = self._fingerprint(out_tools)
             changed = state.tools_fingerprint is not None and fingerprint != state.tools_fingerprint
             if changed and not self.config.canonicalize:  # the canonicalizer logs it otherwise
@@ -688,8 +850,8 @@ class CachePilot:
             state.last_request_time = clock
         if issues:
             logger.warning(
-                "thread %s: the history breaks tool-call pairing (%s); sent as is, the provider "
-                "may reject it",
+                "thread %s: the history breaks tool-call pairing (%s); calls without a result "
+                "get a synthetic error result in the request, anything else is sent as is",
                 thread,
                 "; ".join(str(i) for i in issues[:3]),
             )
@@ -813,7 +975,13 @@ class CachePilot:
             rendered = cache.render(canon_messages, state.plan, keys)
             view, view_keys = rendered.messages, rendered.keys
             sizes, view_tokens = cache.sizes(view, counter)
-            evictable = self._evictable(state, messages, keys, cache) if cfg.evict else {}
+            ttl = profile.ttl_seconds
+            cold = ttl is not None and idle is not None and idle > ttl
+            # A cold cache makes this rewrite free: evaluate the lifecycle now, so everything
+            # finished by now goes in this epoch rather than breaking a warm prefix later.
+            evictable = (
+                self._evictable(state, messages, keys, cache, force=cold) if cfg.evict else {}
+            )
             candidates = prune_candidates(
                 view,
                 view_keys,
@@ -848,7 +1016,7 @@ class CachePilot:
             fold_reason = None
             keep_from: str | None = None
             task_fold = (
-                self._finished_task_fold(state, rendered, counter, profile.price, sizes)
+                self._finished_task_fold(state, rendered, counter, profile.price, sizes, cold=cold)
                 if cfg.fold and cfg.fold_finished_tasks
                 else None
             )
@@ -893,6 +1061,7 @@ class CachePilot:
                 state.plan.epochs.append(
                     Epoch(index=len(state.plan.epochs), reason=decision.reason, edits=edits)
                 )
+                settle(state.plan, state.lifecycle, canon_messages, keys)  # state stays small
             if decision.apply or decision.candidates:
                 state.decisions.append(decision)
                 del state.decisions[:-_MAX_DECISIONS]
@@ -1027,9 +1196,12 @@ class CachePilot:
         counter: TokenCounter,
         price: Price,
         sizes: Sequence[int],
+        *,
+        cold: bool = False,
     ) -> tuple[str, FoldEstimate, int] | None:
-        """A fold of the leading finished tasks, when the cost model says it pays: (key of
-        the first message kept, the estimate, messages folded), else None.
+        """A fold of the leading finished tasks, when the cost model says it pays (or, on a
+        cold cache, whenever it removes tokens: the rewrite is free then): (key of the first
+        message kept, the estimate, messages folded), else None.
 
         The run of tasks from the first one that the lifecycle marks evictable is folded; the
         first task not evictable (the current one at the latest) is kept whole. The current
@@ -1056,7 +1228,8 @@ class CachePilot:
             price=price,
             expected_calls=_expected_task_calls(registry, cfg.horizon),
         )
-        return (keep_from, estimate, cut - start) if estimate.pays else None
+        pays = estimate.pays or (cold and estimate.removed_tokens > 0)
+        return (keep_from, estimate, cut - start) if pays else None
 
     def _evictable(
         self,
@@ -1064,14 +1237,23 @@ class CachePilot:
         messages: Sequence[Message],
         keys: Sequence[str],
         cache: _ViewCache,
+        *,
+        force: bool = False,
     ) -> dict[str, str]:
         """Keys of tool results whose work unit the lifecycle marks evictable, with why.
 
         The lifecycle reads the transcript as ingested (not the view: stubs hide outputs) and
-        is evaluated every `maintenance.every` calls.
+        is evaluated every `maintenance.every` calls (and whenever `force`).
         """
         registry = state.lifecycle
-        registry.update(messages, keys, self._estimator, every=self.config.maintenance.every)
+        every = self.config.maintenance.every
+        applied = registry.update(messages, keys, self._estimator, every=every, force=force)
+        # States move one step per evaluation (active -> completed -> evictable); a forced
+        # evaluation settles them, so a free rewrite takes everything finished by now.
+        for _ in range(2):
+            if not (force and applied):
+                break
+            applied = registry.update(messages, keys, self._estimator, every=every, force=True)
         return cache.evictable(registry)
 
     def _stub_edits(
@@ -1084,8 +1266,14 @@ class CachePilot:
         """Archive each chosen result as it stands, then stub it (nothing is lost)."""
         texts: list[str] = []
         refs: list[str] = []
+        stubbed: list[Candidate] = []
+        arguments: list[Edit] = []
         for cand in chosen:
             message = view[cand.index]
+            if cand.kind == "args":
+                arguments.extend(self._argument_edits(thread, message, cand))
+                continue
+            stubbed.append(cand)
             # Parts (images, reasoning) are archived whole, as the message's JSON.
             content = (
                 message.content
@@ -1104,7 +1292,46 @@ class CachePilot:
             )
             refs.append(ref)
             texts.append(stub_text(cand.kind, message, cand.tokens, ref, cand.reason))
-        return build_edits(chosen, texts, refs)
+        edits = build_edits(stubbed, texts, refs)
+        if not arguments:
+            return edits
+        order = {c.key: c.index for c in chosen}
+        return sorted([*edits, *arguments], key=lambda e: order.get(e.key, -1))
+
+    def _argument_edits(self, thread: str, message: Message, cand: Candidate) -> list[Edit]:
+        """Archive the arguments of the candidate's calls (each whole, and each long value on
+        its own, which is what the preview names), then reduce them. A call whose values
+        cannot all be archived keeps its arguments."""
+        cfg = self.config.maintenance
+        out: list[Edit] = []
+        for call in message.tool_calls:
+            if call.id not in cand.calls:
+                continue
+            reduced = argument_plan(call.arguments, cfg)
+            if reduced is None:
+                continue
+            meta = {"tool": call.name, "call_id": call.id, "source": f"call:{call.id}:args"}
+            try:
+                whole = self.store.put(thread, call.arguments, meta={**meta, "reason": "arguments"})
+                stored = [
+                    self.store.put(thread, value, meta={**meta, "reason": "argument"})
+                    for value, _ in reduced.values
+                ]
+            except Exception:
+                logger.warning(
+                    "thread %s: arguments of call %s could not be archived; kept as they are",
+                    thread,
+                    call.id,
+                    exc_info=True,
+                )
+                continue
+            if stored != [ref for _, ref in reduced.values]:
+                logger.error("thread %s: argument ref mismatch; call %s kept", thread, call.id)
+                continue
+            out.append(
+                Edit(kind="args", key=cand.key, text=reduced.text, ref=whole, call_id=call.id)
+            )
+        return out
 
     async def aprepare(
         self,
@@ -1154,18 +1381,96 @@ class CachePilot:
 
     def _pairing_issues(
         self, cache: _ViewCache, view: Sequence[Message], thread: str
-    ) -> list[PairingIssue]:
-        """The pairing issues of `view` to report (once per thread: none after that)."""
-        if thread in self._warned_pairing:
-            return []  # reported already: no need to scan
+    ) -> tuple[list[PairingIssue], list[tuple[int, Message]]]:
+        """The pairing issues of `view` to report (once per thread: none after that), and
+        the synthetic results its unanswered calls need (`missing_results`)."""
         try:
-            issues = cache.pairing_issues(view)
+            issues = cache.pairing_issues(view)  # incremental: the new messages only
         except Exception:  # a check must never cost the turn
             logger.warning("thread %s: pairing check failed", thread, exc_info=True)
-            return []
+            return [], []
+        missing = missing_results(view, issues) if issues else []
+        if thread in self._warned_pairing:
+            return [], missing
         if issues:
             self._warned_pairing.add(thread)
-        return issues
+        return issues, missing
+
+    # --- provider cache marks ------------------------------------------------------------
+
+    def cache_breakpoints(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] = (),
+        thread: str = "default",
+        *,
+        client: Sequence[int] = (),
+        profile: str | None = None,
+        hidden_prefix_tokens: int = 0,
+    ) -> list[int]:
+        """Where to add explicit cache marks (Anthropic `cache_control`) to a prepared request.
+
+        Call it once per model call with the request `prepare` just returned. The marks go on
+        the last message, on a bridge to the previous call's end when a wide turn would put
+        it out of the provider's lookback window, on the stable anchor (the last message
+        before the first one a maintenance point could rewrite, so a later rewrite still
+        reads the prefix before it) and on the end of tools + system; see
+        `cachepilot.breakpoints`. Deterministic: the anchor is kept in the thread's state.
+
+        Args:
+            system, messages, tools: the request as `prepare` returned it.
+            thread: the scope.
+            client: the caller's own marks (message indices, -1 for tools + system): kept,
+                and counted against the provider's limit.
+            profile: the provider profile whose rules apply (default: `Config.provider` when
+                it is an explicit-breakpoint profile, else `anthropic`).
+            hidden_prefix_tokens: tokens the provider puts before the tools that are not in
+                the request (they count towards the minimum cacheable length).
+
+        Returns:
+            Message indices to mark (-1: the end of tools + system), sorted, none of them in
+            `client`.
+        """
+        _check_thread(thread)
+        _check_request(system, messages, tools)
+        chosen = get_profile(profile or self.config.provider)
+        if chosen.match != "breakpoints":
+            chosen = get_profile("anthropic")
+        counter = get_counter(self.config.encoding)
+        state = self.state(thread)
+        with self._lock:
+            stable = self._anchors(state, self._views.get(thread), messages, counter)
+            rendered = render_request(
+                Request(system=system, messages=messages, tools=tools),
+                counter,
+                hidden_prefix_tokens=hidden_prefix_tokens,
+            )
+        return plan_breakpoints(rendered, client, None, chosen, stable=stable)
+
+    def _anchors(
+        self,
+        state: PilotState,
+        cache: _ViewCache | None,
+        messages: Sequence[Message],
+        counter: TokenCounter,
+    ) -> list[int]:
+        """This call's stable anchors (view indices): the one in force before the call, then
+        the one for the calls to come (the same message between maintenance points)."""
+        view = cache.view if cache is not None else None
+        if (
+            cache is None
+            or view is None
+            or len(view.messages) != len(messages)
+            or not all(map(operator.is_, view.messages, messages))
+        ):
+            return []  # not the view `prepare` returned
+        first = cache.first_rewritable(state.plan, counter, self.config.maintenance)
+        anchors, out = advance_anchors(state.anchors, state.calls, view.keys, first)
+        if anchors is not state.anchors:
+            state.anchors = anchors
+            state.revision += 1
+        return out
 
     # --- recall ------------------------------------------------------------------------------
 
@@ -1242,21 +1547,34 @@ class CachePilot:
             state.revision += 1
 
 
+def _with_missing(
+    cache: _ViewCache, rendered: PlanView, missing: Sequence[tuple[int, Message]]
+) -> list[Message]:
+    """The view with the synthetic results inserted (the view cache is told, so the cache
+    anchors of `cache_breakpoints` address the request as sent)."""
+    messages, keys = list(rendered.messages), list(rendered.keys)
+    for offset, (position, message) in enumerate(missing):
+        messages.insert(position + offset, message)
+        keys.insert(position + offset, f"missing:{message.tool_call_id}")
+    cache.view = PlanView(messages, keys, [(k, k) for k in keys], [None] * len(keys))
+    cache.forget_rewritable()  # positions moved
+    return messages
+
+
 def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:
     """Calls the current task is expected to run from now: as long as the finished tasks ran
     on average, and at least `horizon` × the calls it has run so far."""
-    lengths = [
-        t.ended_at_call - t.created_at_call for t in registry.tasks() if t.ended_at_call is not None
-    ]
+    total, finished = registry.finished_task_calls()
     current = registry.segments.get(registry.current_task or "")
     elapsed = registry.calls - current.created_at_call if current is not None else 0
-    mean = sum(lengths) / len(lengths) if lengths else 0.0
+    mean = total / finished if finished else 0.0
     return max(round(mean - elapsed), round(elapsed * horizon))
 
 
 def _stub_tokens(candidate: Candidate) -> int:
-    # A stub is about 30 tokens whatever it names; its exact text needs the ref.
-    return 30
+    # A stub is about 30 tokens whatever it names (its exact text needs the ref); reduced
+    # arguments were counted when the candidate was found.
+    return candidate.kept_tokens
 
 
 def _check_thread(thread: object) -> None:
@@ -1275,7 +1593,7 @@ def _check_request(system: object, messages: object, tools: object) -> None:
         if not isinstance(message, Message):
             raise ValueError(
                 f"messages[{index}] is a {type(message).__name__}, not a cachepilot Message "
-                "(convert framework messages first)"
+                "(convert provider dicts with cachepilot.to_messages)"
             )
     if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
         raise ValueError(f"tools must be a sequence of tool schemas, not {type(tools).__name__}")

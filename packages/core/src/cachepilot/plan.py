@@ -7,6 +7,9 @@ messages by their stable key (`messages.message_keys`), never by position.
 Edit kinds:
 
 * `stub` / `evict` replace one tool result's content with `text`.
+* `args` replaces the arguments of one tool call (`call_id`) of one assistant message with
+  `text` (long values reduced, see `cachepilot.arguments`); the call's id and name stay, so
+  pairing holds.
 * `fold` replaces the whole transcript range `[key .. end_key]` (inclusive, by the positions of
   those keys in the current transcript) with ONE user message whose content is `text` (see
   `fold_message`). Folds compose deterministically, in plan order (epoch order, then edit
@@ -15,6 +18,9 @@ Edit kinds:
   that overlaps an earlier one only partly is skipped with a warning; a fold whose keys are not
   in the transcript, are reversed, or whose range is not closed under tool-call pairing (a call
   answered outside the range, a result whose call is outside it) is skipped with a log line.
+  A fold already written into the transcript (its summary carries the first folded message's
+  key and the rest is gone), or superseded by a later fold of the plan written there, is
+  recognised and left as it is.
   So the view keeps `pairing_issues(view) == []` whenever the transcript had it.
 """
 
@@ -55,11 +61,12 @@ FOLD_ID_PREFIX = "cachepilot-fold-"
 class Edit(BaseModel):
     """One edit of one message (or, for a fold, of one range of messages)."""
 
-    kind: Literal["stub", "evict", "fold"]
+    kind: Literal["stub", "evict", "fold", "args"]
     """`stub`: a pruned tool result; `evict`: a tool result of an evicted (superseded or
     finished) work unit. Both replace the result's content with `text`. `fold`: the range
-    `key .. end_key` is replaced by one summary message with content `text`. The originals are
-    always archived first."""
+    `key .. end_key` is replaced by one summary message with content `text`. `args`: the
+    arguments of the tool call `call_id` of an assistant message become `text`. The originals
+    are always archived first."""
     key: str
     """Stable key of the message the edit applies to (a fold: the first folded message)."""
     text: str
@@ -68,6 +75,8 @@ class Edit(BaseModel):
     """Artifact ref of the archived original."""
     end_key: str | None = None
     """Fold only: stable key of the last folded message (None: the range is `key` alone)."""
+    call_id: str | None = None
+    """`args` only: the id of the tool call whose arguments are replaced."""
 
     @property
     def last_key(self) -> str:
@@ -129,6 +138,27 @@ def _edited(message: Message, edit: Edit) -> Message:
         if hit is not None and hit[0] is message:
             return hit[1]
     edited = replace(message, content=edit.text)
+    with _EDIT_LOCK:
+        _EDIT_MEMO[memo_key] = (message, edited)
+        if len(_EDIT_MEMO) > _EDIT_MEMO_MAX:
+            _EDIT_MEMO.popitem(last=False)
+    return edited
+
+
+def _with_arguments(message: Message, edits: dict[str, Edit]) -> Message:
+    """`message` with the arguments of the calls `edits` names replaced (the same object on
+    every call, like `_edited`)."""
+    calls = tuple(
+        replace(c, arguments=edits[c.id].text) if c.id in edits else c for c in message.tool_calls
+    )
+    if all(a is b for a, b in zip(calls, message.tool_calls, strict=True)):
+        return message
+    memo_key = (id(message), "\x00args", "\x00".join(c.arguments for c in calls))
+    with _EDIT_LOCK:
+        hit = _EDIT_MEMO.get(memo_key)
+        if hit is not None and hit[0] is message:
+            return hit[1]
+    edited = replace(message, tool_calls=calls)
     with _EDIT_LOCK:
         _EDIT_MEMO[memo_key] = (message, edited)
         if len(_EDIT_MEMO) > _EDIT_MEMO_MAX:
@@ -213,17 +243,28 @@ def _resolve_folds(
     for index, message in enumerate(messages):
         if message.role == "tool" and message.tool_call_id is not None:
             answer_at.setdefault(message.tool_call_id, index)
+    # (first key, summary text) -> plan index of the last fold with both.
+    last_fold: dict[tuple[str, str], int] = {}
+    for order, edit in enumerate(folds):
+        last_fold[(edit.key, edit.text)] = order
     accepted: list[_Range] = []
-    for edit in folds:
+    for order, edit in enumerate(folds):
         start, end = position.get(edit.key), position.get(edit.last_key)
         if start is None and end is None:
             logger.debug(
                 "fold %s..%s: range not in the transcript; skipped", edit.key, edit.last_key
             )
             continue
-        if end is None and start is not None and messages[start].text == edit.text:
+        if (
+            end is None
+            and start is not None
+            and last_fold.get((edit.key, messages[start].text), -1) >= order
+        ):
             # Already applied in the transcript itself: a framework persisted the fold by
-            # giving the summary the first folded message's id and removing the rest.
+            # giving the summary the first folded message's id and removing the rest. The
+            # summary there may be a later fold's that starts at the same message (a
+            # differential fold planned on the persisted transcript), which supersedes this
+            # one.
             logger.debug("fold %s..%s: already in the transcript", edit.key, edit.last_key)
             continue
         if start is None or end is None or end < start:
@@ -280,6 +321,8 @@ class _Rendered:
     view: PlanView
     edits: dict[str, Edit]
     """Stub and evict edits by key (the last one planned wins)."""
+    args: dict[str, dict[str, Edit]]
+    """Argument edits by message key, then call id (the last one planned wins)."""
     fold_keys: set[str]
     """First and last keys of every fold edit, resolved or not."""
     folded_calls: set[str]
@@ -289,13 +332,16 @@ class _Rendered:
 def _render(messages: Sequence[Message], plan: Plan, keys: Sequence[str]) -> _Rendered:
     if plan.empty:
         view = PlanView(list(messages), list(keys), [(k, k) for k in keys], [None] * len(keys))
-        return _Rendered(view, {}, set(), set())
+        return _Rendered(view, {}, {}, set(), set())
     edits: dict[str, Edit] = {}
+    args: dict[str, dict[str, Edit]] = {}
     folds: list[Edit] = []
     for epoch in plan.epochs:
         for planned in epoch.edits:
             if planned.kind == "fold":
                 folds.append(planned)
+            elif planned.kind == "args":
+                args.setdefault(planned.key, {})[planned.call_id or ""] = planned
             else:
                 edits[planned.key] = planned
     ranges = _resolve_folds(messages, keys, folds) if folds else []
@@ -315,7 +361,13 @@ def _render(messages: Sequence[Message], plan: Plan, keys: Sequence[str]) -> _Re
             continue
         key, message = keys[index], messages[index]
         found = edits.get(key)
-        if found is None:
+        calls = args.get(key)
+        if calls is not None and message.role == "assistant":
+            out.messages.append(_with_arguments(message, calls))
+        elif calls is not None:
+            logger.warning("plan edit args does not fit message %s (%s)", key, message.role)
+            out.messages.append(message)
+        elif found is None:
             out.messages.append(message)
         elif message.role == "tool":
             out.messages.append(_edited(message, found))
@@ -335,7 +387,7 @@ def _render(messages: Sequence[Message], plan: Plan, keys: Sequence[str]) -> _Re
         for message in messages[fold.start : fold.end + 1]
         for call in message.tool_calls
     }
-    return _Rendered(out, edits, fold_keys, folded_calls)
+    return _Rendered(out, edits, args, fold_keys, folded_calls)
 
 
 def _plan_mark(plan: Plan) -> tuple[int, Epoch | None, int]:
@@ -416,6 +468,7 @@ class PlanRenderer:
                 key in self._key_set
                 or key in seen  # a repeated key: positions resolve to its first occurrence
                 or key in state.edits
+                or key in state.args
                 or key in state.fold_keys
                 or (message.role == "tool" and message.tool_call_id in state.folded_calls)
             ):

@@ -4,6 +4,12 @@
 become a helpful message in `RecallResult.render()`. Slices are exact substrings of the original
 (recalled content is never reduced again, only capped by `max_chars`), so following the
 continuation hints reconstructs the original exactly.
+
+Every argument comes from the model and is bounded: a grep pattern is at most
+`MAX_GREP_CHARS` characters, its matching runs with the `regex` engine under a total budget of
+`GREP_TIME_LIMIT` seconds per recall with the interpreter lock released (a catastrophic pattern
+such as ``(a|aa)+$`` falls back to a literal search and says so, other threads and the event
+loop keep running), and what the header echoes of a pattern or range is clipped.
 """
 
 from __future__ import annotations
@@ -14,15 +20,20 @@ import inspect
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
+
+import regex
 
 from cachepilot.artifacts.base import Artifact, ArtifactInfo, ArtifactStore, check_thread
 from cachepilot.refs import REF_LENGTH, is_ref, validate_ref
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
+    "GREP_TIME_LIMIT",
+    "MAX_GREP_CHARS",
     "RECALL_TOOL_DESCRIPTION",
     "RECALL_TOOL_NAME",
     "RECALL_TOOL_PARAMETERS",
@@ -36,6 +47,11 @@ logger = logging.getLogger(__name__)
 
 RECALL_TOOL_NAME: Final = "recall"
 DEFAULT_MAX_CHARS: Final = 20_000
+MAX_GREP_CHARS: Final = 500
+"""Longest grep pattern accepted (a longer one is refused with a message)."""
+GREP_TIME_LIMIT: Final = 1.0
+"""Seconds of regular-expression matching one recall may spend; then the pattern is searched
+for as literal text instead (linear time)."""
 
 # Sent with every request: kept short (about 120 tokens) and byte-stable.
 RECALL_TOOL_DESCRIPTION: Final = (
@@ -77,6 +93,10 @@ _SPEC = re.compile(
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NON_TEXT = re.compile("[\x00-\x08\x0e-\x1a\x7f\udc80-\udcff]")  # ESC is fine: ANSI logs
 _MATCH_LIMIT_NOTE = 200
+_MAX_EXPANSION = 10_000  # `regex` unrolls counted repeats when compiling: a{4294967294} is GBs
+_REPEAT = re.compile(r"\{(\d*)(?:(,)(\d*))?\}")
+_ECHO_CHARS = 80  # what a header or message quotes of a model's pattern or range at most
+_MAX_SPEC_CHARS = 64  # a longer line range is not a range (and int() of it is not cheap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +130,8 @@ class RecallResult:
         error: Why the request could not be served (malformed or out-of-range lines).
         printable: The content reads as text (False for binary data such as images).
         recent: Up to 5 recent refs of the thread with their tool names (when not found).
+        removed: Why the archive no longer holds a ref it held (its retention period or its
+            size limit), when the store remembers (when not found).
     """
 
     ref: str
@@ -136,6 +158,7 @@ class RecallResult:
     error: str | None = None
     printable: bool = True
     recent: tuple[tuple[str, str | None], ...] = ()
+    removed: str | None = None
 
     def continuation(self) -> str | None:
         """The recall call that continues this result, as the model should write it."""
@@ -170,7 +193,7 @@ class RecallResult:
         if self.grep is not None:
             start = span.split("-", 1)[0]
             parts.append(
-                f"grep {_quote(self.grep)} · {self.matches:,} matching lines "
+                f"grep {_quote(_clip(self.grep))} · {self.matches:,} matching lines "
                 f"in lines {start}-{self.range_end} of {self.total_lines:,}"
             )
             if self.truncated:
@@ -203,6 +226,12 @@ class RecallResult:
     def _render_not_found(self) -> str:
         if self.message is not None:  # the store failed: say so, not "not found"
             return f"[recall {self.ref}: the archive is unavailable]\n{self.message}"
+        if self.removed is not None:
+            return (
+                f"[recall: ref {_quote(self.ref)} was removed from this conversation's archive "
+                f"by its {self.removed}]\nThe original is no longer available. Run the tool "
+                "again if its output is still needed."
+            )
         if is_ref(self.ref):
             head = f"[recall: ref {_quote(self.ref)} was not found in this conversation]"
         else:
@@ -260,6 +289,9 @@ def recall(  # noqa: PLR0917 - mirrors the tool's arguments
         logger.warning("recall %s: the artifact store failed: %r", key, exc, exc_info=True)
         return _store_failed(key, exc)
     if artifact is None:
+        removed = _removed(store, thread, key)
+        if removed is not None:
+            return RecallResult(ref=key, found=False, removed=removed)
         return _not_found(key, _recent(_safe_list(store, thread)))
     try:
         store.record_access(thread, key)
@@ -291,6 +323,9 @@ async def arecall(  # noqa: PLR0917 - mirrors the tool's arguments
         logger.warning("recall %s: the artifact store failed: %r", key, exc, exc_info=True)
         return _store_failed(key, exc)
     if artifact is None:
+        removed = await _aremoved(store, thread, key)
+        if removed is not None:
+            return RecallResult(ref=key, found=False, removed=removed)
         return _not_found(key, _recent(await _asafe_list(store, thread)))
     try:
         await store.arecord_access(thread, key)
@@ -302,7 +337,8 @@ async def arecall(  # noqa: PLR0917 - mirrors the tool's arguments
             await outcome
         except Exception:
             logger.exception("recall %s: on_access callback failed", key)
-    if artifact.size > _OFFLOAD_BYTES:
+    if artifact.size > _OFFLOAD_BYTES or (grep is not None and grep != ""):
+        # A grep may run up to GREP_TIME_LIMIT: never on the event loop.
         return await asyncio.to_thread(_slice, artifact, lines, grep, max_chars, max_chars_cap)
     return _slice(artifact, lines, grep, max_chars, max_chars_cap)
 
@@ -327,6 +363,31 @@ def _notify(on_access: Callable[[Artifact], object] | None, artifact: Artifact) 
     except Exception:
         logger.exception("recall %s: on_access callback failed", artifact.ref)
         return None
+
+
+def _removed(store: ArtifactStore, thread: str, ref: str) -> str | None:
+    """Why the store no longer holds `ref` (stores without the `removed` method: None)."""
+    method = getattr(store, "removed", None)
+    if not callable(method):
+        return None
+    try:
+        reason = method(thread, ref)
+    except Exception as exc:
+        logger.warning("recall: could not ask why %s is gone: %r", ref, exc)
+        return None
+    return reason if isinstance(reason, str) else None
+
+
+async def _aremoved(store: ArtifactStore, thread: str, ref: str) -> str | None:
+    method = getattr(store, "aremoved", None)
+    if not callable(method):
+        return None
+    try:
+        reason = await method(thread, ref)
+    except Exception as exc:
+        logger.warning("recall: could not ask why %s is gone: %r", ref, exc)
+        return None
+    return reason if isinstance(reason, str) else None
 
 
 def _safe_list(store: ArtifactStore, thread: str) -> list[ArtifactInfo]:
@@ -400,17 +461,25 @@ def _slice(
     rng = _parse_range(lines, starts)
     if isinstance(rng, str):
         return replace(base, error=rng)
-    pattern: re.Pattern[str] | None = None
+    matcher: _Matcher | None = None
     pattern_text: str | None = None
     if grep is not None and grep != "":
         pattern_text = grep if isinstance(grep, str) else str(grep)
-        pattern, note = _compile(pattern_text)
-        if note is not None:
-            base = replace(base, message=_join_notes(base.message, note))
+        if len(pattern_text) > MAX_GREP_CHARS:
+            return replace(
+                base,
+                error=(
+                    f"The grep pattern has {len(pattern_text):,} characters; at most "
+                    f"{MAX_GREP_CHARS} are accepted. Use a shorter pattern, or lines=... ."
+                ),
+            )
+        matcher = _compile(pattern_text)
+        if matcher.note is not None:
+            base = replace(base, message=_join_notes(base.message, matcher.note))
     if total_lines == 0:
-        return replace(base, grep=pattern_text, matches=0 if pattern is not None else None)
-    if pattern is not None and pattern_text is not None:
-        return _grep(base, text, starts, rng, pattern, pattern_text, budget)
+        return replace(base, grep=pattern_text, matches=0 if matcher is not None else None)
+    if matcher is not None and pattern_text is not None:
+        return _grep(base, text, starts, rng, matcher, pattern_text, budget)
     return _lines(base, text, starts, rng, budget)
 
 
@@ -451,16 +520,21 @@ def _grep(  # noqa: PLR0917 - private helper, called in one place
     text: str,
     starts: list[int],
     rng: _Range,
-    pattern: re.Pattern[str],
+    matcher: _Matcher,
     pattern_text: str,
     budget: int,
 ) -> RecallResult:
-    hits: list[tuple[int, str]] = []
-    for number in range(rng.start, rng.end + 1):
-        begin = starts[number - 1] + (rng.col - 1 if number == rng.start else 0)
-        line = _strip_eol(text[begin : starts[number]])
-        if pattern.search(line):
-            hits.append((number, line))
+    hits = _matching_lines(text, starts, rng, matcher)
+    if hits is None:  # the regex ran out of time: search for the pattern as literal text
+        matcher = _Matcher(
+            None,
+            pattern_text,
+            f"grep {_quote(_clip(pattern_text))} took longer than {GREP_TIME_LIMIT:g} s as a "
+            "regular expression; searched for it as literal text.",
+        )
+        base = replace(base, message=_join_notes(base.message, matcher.note))
+        hits = _matching_lines(text, starts, rng, matcher)
+        assert hits is not None  # a literal search has no time limit to run out of
     entries: list[str] = []
     used = 0
     note: str | None = None
@@ -533,6 +607,8 @@ def _parse_range(lines: object, starts: list[int]) -> _Range | str:
         return _range_help(repr(lines), total)
     if spec.strip().lower() in ("", "all", "*"):
         return _Range(1, 1, total)
+    if len(spec) > _MAX_SPEC_CHARS:
+        return _range_help(spec, total)
     match = _SPEC.fullmatch(spec)
     if match is None:
         return _range_help(spec, total)
@@ -563,7 +639,7 @@ def _parse_range(lines: object, starts: list[int]) -> _Range | str:
 
 def _range_help(spec: str, total: int) -> str:
     return (
-        f"Could not read the line range {_quote(spec)}. Use 1-based inclusive lines: "
+        f"Could not read the line range {_quote(_clip(spec))}. Use 1-based inclusive lines: "
         f'"120-180", "120-" (to the end), "-50" (lines 1-50) or "42". '
         f"The output has {total:,} lines."
     )
@@ -579,7 +655,11 @@ def _budget(max_chars: object, cap: int | None) -> tuple[int, str | None]:
         value = max_chars
     elif isinstance(max_chars, float) and max_chars.is_integer():
         value = int(max_chars)
-    elif isinstance(max_chars, str) and max_chars.strip().isdigit():
+    elif (
+        isinstance(max_chars, str)
+        and max_chars.strip().isdigit()
+        and len(max_chars.strip()) <= _MAX_SPEC_CHARS
+    ):
         value = int(max_chars.strip())
     note = None
     if value is None or value < 1:
@@ -591,12 +671,113 @@ def _budget(max_chars: object, cap: int | None) -> tuple[int, str | None]:
     return value, note
 
 
-def _compile(pattern: str) -> tuple[re.Pattern[str], str | None]:
+@dataclass(frozen=True, slots=True)
+class _Matcher:
+    """A compiled grep: a regex (with a time budget) or, when `pattern` is None, a literal."""
+
+    pattern: Any
+    literal: str
+    note: str | None = None
+
+
+def _compile(pattern: str) -> _Matcher:
+    if _expanded_size(pattern) > _MAX_EXPANSION:
+        note = (
+            f"grep {_quote(_clip(pattern))} repeats too much to run as a regular expression "
+            f"(over {_MAX_EXPANSION:,} repeated items); searched for it as literal text."
+        )
+        return _Matcher(None, pattern, note)
     try:
-        return re.compile(pattern), None
-    except (re.error, RecursionError, OverflowError) as exc:
-        note = f"grep {_quote(pattern)} is not a valid regular expression ({exc}); "
-        return re.compile(re.escape(pattern)), note + "searched for it as literal text."
+        return _Matcher(regex.compile(pattern, regex.VERSION0), pattern)
+    except (regex.error, re.error, RecursionError, OverflowError, ValueError, MemoryError) as exc:
+        reason = str(exc)[:_ECHO_CHARS]
+        note = f"grep {_quote(_clip(pattern))} is not a valid regular expression ({reason}); "
+        return _Matcher(None, pattern, note + "searched for it as literal text.")
+
+
+def _expanded_size(pattern: str) -> int:
+    """An upper bound of the items a pattern unrolls to (counted repeats multiplied through
+    nested groups), saturated just above `_MAX_EXPANSION`. Linear in the pattern."""
+    cap = _MAX_EXPANSION + 1
+    stack: list[list[int]] = [[0, 0]]  # per open group: [size so far, size of the last item]
+    i, n = 0, len(pattern)
+    while i < n:
+        char = pattern[i]
+        item = 1
+        if char == "\\":
+            i += 2
+            if i < n and pattern[i] == "{" and pattern[i - 1] in "pPNxuUgk":
+                close = pattern.find("}", i)
+                i = n if close < 0 else close + 1  # \p{L}, \x{41}, \g{name}: one item
+        elif char == "[":
+            i += 1
+            if i < n and pattern[i] == "^":
+                i += 1
+            if i < n and pattern[i] == "]":
+                i += 1
+            while i < n and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+            i += 1
+        elif char == "(":
+            stack.append([0, 0])
+            i += 1
+            continue
+        elif char == ")":
+            i += 1
+            if len(stack) == 1:
+                continue
+            item = max(stack.pop()[0], 1)
+        elif char == "|":
+            stack[-1][1] = 0
+            i += 1
+            continue
+        elif char == "{" and (repeat := _REPEAT.match(pattern, i)) and repeat.group(0) != "{}":
+            low, comma, high = repeat.groups()
+            count = _count(high if comma and high else low, cap)
+            top = stack[-1]
+            top[0] = min(top[0] + top[1] * (max(count, 1) - 1), cap)
+            top[1] = min(top[1] * max(count, 1), cap)
+            i = repeat.end()
+            continue
+        else:
+            i += 1
+        top = stack[-1]
+        top[0] = min(top[0] + item, cap)
+        top[1] = item
+    return max(group[0] for group in stack)
+
+
+def _count(digits: str, cap: int) -> int:
+    """A repeat count, saturated at `cap` (no int() of thousands of digits)."""
+    digits = digits.lstrip("0")
+    return cap if len(digits) > len(str(cap)) else min(int(digits or 0), cap)
+
+
+def _matching_lines(
+    text: str, starts: list[int], rng: _Range, matcher: _Matcher
+) -> list[tuple[int, str]] | None:
+    """(number, line) of the lines of `rng` that match; None when the regex ran out of time."""
+    hits: list[tuple[int, str]] = []
+    compiled = matcher.pattern
+    literal = matcher.literal
+    deadline = time.monotonic() + GREP_TIME_LIMIT
+    for number in range(rng.start, rng.end + 1):
+        begin = starts[number - 1] + (rng.col - 1 if number == rng.start else 0)
+        line = _strip_eol(text[begin : starts[number]])
+        if compiled is None:
+            found = literal in line
+        else:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                # `concurrent`: the interpreter lock is released while matching.
+                found = compiled.search(line, timeout=left, concurrent=True) is not None
+            except TimeoutError:
+                return None
+        if found:
+            hits.append((number, line))
+    return hits
 
 
 # --- rendering helpers -------------------------------------------------------------------------
@@ -604,6 +785,11 @@ def _compile(pattern: str) -> tuple[re.Pattern[str], str | None]:
 
 def _quote(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+def _clip(value: str) -> str:
+    """At most `_ECHO_CHARS` characters of a model's argument, for headers and messages."""
+    return value if len(value) <= _ECHO_CHARS else value[: _ECHO_CHARS - 1] + "…"
 
 
 def _displayable(text: str) -> str:

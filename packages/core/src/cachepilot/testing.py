@@ -1,8 +1,10 @@
 """pytest plugin: guard an agent's prompt-cache behaviour in CI with the cassettes it records.
 
-Installed with `cachepilot` (entry point `pytest11`). Mark a vcrpy test and the cassettes it
-used (recorded or replayed) are audited after the test body; the test fails when the
-requests broke their cached prefix more often than the budget allows:
+Opt in per run (`pytest -p cachepilot.testing`), in `pytest.ini` / `pyproject.toml`
+(`addopts = "-p cachepilot.testing"`) or in a `conftest.py`
+(`pytest_plugins = ["cachepilot.testing"]`). Mark a vcrpy test and the cassettes it used
+(recorded or replayed) are audited after the test body; the test fails when the requests
+broke their cached prefix more often than the budget allows:
 
 ```python
 import pytest, vcr
@@ -20,23 +22,28 @@ not counted, e.g. `history_rewrite` for an agent that compacts on purpose), `min
 Prefix breaks are changes of the request itself: volatile values, tool and system changes,
 history rewrites, model and parameter changes (`cachepilot.diagnose.PREFIX_BREAK_CAUSES`).
 
-The `cachepilot_audit` fixture does the same on demand (`cachepilot_audit.check(...)`), and
-`assert_cache_stable(report_or_path, ...)` works from any test runner. Cassettes are found by
-wrapping vcrpy's `Cassette.load` while a marked test runs, so `vcr.use_cassette`, a `VCR`
-instance and pytest-recording's `@pytest.mark.vcr` all work.
+The `cachepilot_audit` fixture does the same on demand (`cachepilot_audit.check(...)`).
+Cassettes are found by wrapping vcrpy's `Cassette.load` while a marked test runs, so
+`vcr.use_cassette`, a `VCR` instance and pytest-recording's `@pytest.mark.vcr` all work.
+`assert_cache_stable` needs no pytest: it lives in `cachepilot.guard` (and is re-exported
+here). The hooks are classic hook wrappers, so any pytest from 7 on can load the plugin.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
 
-from cachepilot.diagnose import CAUSES, PREFIX_BREAK_CAUSES
+from cachepilot.guard import (
+    CacheAuditError,
+    CassetteAudit,
+    CassetteRecorder,
+    assert_cache_stable,
+    audit_cassettes,
+)
 
 __all__ = [
     "CacheAuditError",
@@ -48,191 +55,7 @@ __all__ = [
 ]
 
 _MARKER = "cachepilot_audit"
-_RECORDER_KEY = pytest.StashKey["CassetteRecorder"]()
-
-
-class CacheAuditError(AssertionError):
-    """The audited requests broke their cached prefix beyond the budget."""
-
-
-def _check_budget(
-    max_breaks: int, allow: Sequence[str], min_hit_rate: float | None
-) -> tuple[int, frozenset[str], float | None]:
-    if not isinstance(max_breaks, int) or max_breaks < 0:
-        raise ValueError(f"max_breaks must be an int >= 0, not {max_breaks!r}")
-    unknown = sorted(set(allow) - set(CAUSES))
-    if unknown:
-        raise ValueError(f"unknown cause(s) in allow: {unknown}; known: {list(CAUSES)}")
-    if min_hit_rate is not None and not 0.0 <= min_hit_rate <= 1.0:
-        raise ValueError(f"min_hit_rate must be in [0, 1], not {min_hit_rate!r}")
-    return max_breaks, frozenset(allow), min_hit_rate
-
-
-def assert_cache_stable(
-    report: Any,
-    *,
-    max_breaks: int = 0,
-    allow: Sequence[str] = (),
-    min_hit_rate: float | None = None,
-    provider: str | None = None,
-) -> Any:
-    """Fail when an audit shows more prefix breaks than allowed (or a low hit rate).
-
-    Args:
-        report: a `cachepilot.audit.AuditReport`, or a cassette / request-log path.
-        max_breaks: prefix breaks allowed (causes in `allow` are not counted).
-        allow: cause classes to ignore (e.g. `history_rewrite`).
-        min_hit_rate: simulated hit rate the requests must reach, when set.
-        provider: profile to audit a path with (default: by API).
-
-    Returns:
-        The audit report.
-
-    Raises:
-        CacheAuditError: when the budget is exceeded (the message lists every break).
-        ValueError: on a bad budget or an unreadable file.
-    """
-    from cachepilot.audit import AuditReport, audit_file, format_report
-
-    max_breaks, allowed, min_hit_rate = _check_budget(max_breaks, allow, min_hit_rate)
-    if not isinstance(report, AuditReport):
-        report = audit_file(os.fspath(report), provider=provider)
-    counted = [
-        c
-        for c in report.breaks
-        if c.explanation is not None
-        and c.explanation.cause in PREFIX_BREAK_CAUSES
-        and c.explanation.cause not in allowed
-    ]
-    problems: list[str] = []
-    if len(counted) > max_breaks:
-        problems.append(f"{len(counted)} prefix break(s), budget {max_breaks}")
-    hit_rate = report.totals["hit_rate"]
-    if min_hit_rate is not None and hit_rate < min_hit_rate:
-        problems.append(f"hit rate {hit_rate:.1%} below {min_hit_rate:.1%}")
-    if problems:
-        detail = format_report(report, calls=False)
-        raise CacheAuditError("cache audit failed: " + "; ".join(problems) + "\n" + detail)
-    return report
-
-
-# --------------------------------------------------------------------------------------------
-# Capturing the cassettes a test uses
-
-
-def _interactions(cassette: Any) -> list[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
-    """A vcrpy cassette's (request, response) pairs as plain dicts."""
-    pairs: list[tuple[Mapping[str, Any], Mapping[str, Any] | None]] = []
-    for request, response in list(getattr(cassette, "data", ())):
-        plain: dict[str, Any] = {
-            "method": getattr(request, "method", "POST"),
-            "uri": getattr(request, "uri", ""),
-            "body": getattr(request, "body", None),
-            "headers": dict(getattr(request, "headers", {}) or {}),
-        }
-        pairs.append((plain, response if isinstance(response, Mapping) else None))
-    return pairs
-
-
-@dataclass(slots=True)
-class CassetteRecorder:
-    """Remembers every vcrpy cassette loaded while it is active."""
-
-    cassettes: list[Any] = field(default_factory=list)
-    _original: Any = None
-
-    def start(self) -> None:
-        """Wrap `vcr.cassette.Cassette.load` (no-op when vcrpy is not installed)."""
-        try:
-            # By name: vcrpy is the user's test dependency, not one of the core.
-            cassette_class: Any = importlib.import_module("vcr.cassette").Cassette
-        except ImportError:
-            return
-        if self._original is not None:
-            return
-        original = cassette_class.__dict__["load"]
-        recorder = self
-
-        def load(cls: Any, /, **kwargs: Any) -> Any:
-            cassette = original.__func__(cls, **kwargs)
-            recorder.cassettes.append(cassette)
-            return cassette
-
-        self._original = original
-        # Patched for the duration of one test, restored in `stop`.
-        cassette_class.load = classmethod(load)
-
-    def stop(self) -> None:
-        """Restore vcrpy."""
-        if self._original is None:
-            return
-        cassette_class: Any = importlib.import_module("vcr.cassette").Cassette
-        cassette_class.load = self._original
-        self._original = None
-
-    def calls(self) -> list[Any]:
-        """Every model call of the captured cassettes, in order."""
-        from cachepilot.audit import calls_from_interactions
-
-        out: list[Any] = []
-        for cassette in self.cassettes:
-            label = os.path.basename(str(getattr(cassette, "_path", "cassette")))
-            out.extend(calls_from_interactions(_interactions(cassette), label=label))
-        return out
-
-
-def audit_cassettes(cassettes: Sequence[Any], *, provider: str | None = None) -> Any:
-    """Audit in-memory vcrpy cassettes (their recorded and replayed interactions).
-
-    Raises:
-        ValueError: when they hold no model call.
-    """
-    from cachepilot.audit import audit_calls
-
-    recorder = CassetteRecorder(list(cassettes))
-    calls = recorder.calls()
-    if not calls:
-        raise ValueError("the cassettes hold no model request")
-    return audit_calls(calls, provider=provider, path="(cassettes)")
-
-
-@dataclass(slots=True)
-class CassetteAudit:
-    """What the `cachepilot_audit` fixture returns: audit what the test used, on demand."""
-
-    recorder: CassetteRecorder
-
-    @property
-    def cassettes(self) -> list[Any]:
-        """vcrpy cassettes loaded so far in this test."""
-        return list(self.recorder.cassettes)
-
-    def report(
-        self, path: str | os.PathLike[str] | None = None, *, provider: str | None = None
-    ) -> Any:
-        """The audit of `path`, or of the cassettes the test loaded so far."""
-        from cachepilot.audit import audit_file
-
-        if path is not None:
-            return audit_file(os.fspath(path), provider=provider)
-        return audit_cassettes(self.recorder.cassettes, provider=provider)
-
-    def check(
-        self,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        max_breaks: int = 0,
-        allow: Sequence[str] = (),
-        min_hit_rate: float | None = None,
-        provider: str | None = None,
-    ) -> Any:
-        """`assert_cache_stable` on `report(path)`; returns the report."""
-        return assert_cache_stable(
-            self.report(path, provider=provider),
-            max_breaks=max_breaks,
-            allow=allow,
-            min_hit_rate=min_hit_rate,
-        )
+_RECORDER_KEY = pytest.StashKey[CassetteRecorder]()
 
 
 @pytest.fixture
@@ -264,35 +87,33 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, Any, None]:
     """Start capturing cassettes before the fixtures of a marked test load any."""
     if item.get_closest_marker(_MARKER) is not None:
         recorder = CassetteRecorder()
         recorder.start()
         item.stash[_RECORDER_KEY] = recorder
-    return (yield)
+    yield
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    """After a marked test's body: audit what it used; fail on a budget overrun."""
-    result = yield
+def _audit_failure(item: pytest.Item) -> str | None:
+    """Why a marked test's cassettes fail the audit, or None when they pass (or no marker)."""
     marker = item.get_closest_marker(_MARKER)
     recorder = item.stash.get(_RECORDER_KEY, None)
     if marker is None or recorder is None:
-        return result
+        return None
     options = dict(marker.kwargs)
     unknown = set(options) - {"max_breaks", "allow", "min_hit_rate", "provider", "cassette"}
     if unknown or marker.args:
-        pytest.fail(f"{_MARKER}: unexpected argument(s) {sorted(unknown) or marker.args}")
+        return f"{_MARKER}: unexpected argument(s) {sorted(unknown) or marker.args}"
     from cachepilot.audit import audit_calls, load_calls
 
     calls = recorder.calls()
     if options.get("cassette") is not None:
         calls.extend(load_calls(os.fspath(options["cassette"])))
     if not calls:
-        pytest.fail(f"{_MARKER}: the test used no vcrpy cassette with a model request")
+        return f"{_MARKER}: the test used no vcrpy cassette with a model request"
     report = audit_calls(calls, provider=options.get("provider"), path=item.nodeid)
     try:
         assert_cache_stable(
@@ -302,15 +123,27 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
             min_hit_rate=options.get("min_hit_rate"),
         )
     except CacheAuditError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    return result
+        return str(exc)
+    return None
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
+    """After a marked test's body passed: audit what it used; fail on a budget overrun."""
+    outcome = yield
+    if outcome.excinfo is not None:
+        return  # the body failed already; its error is the one to see
+    failure = _audit_failure(item)
+    if failure is not None:
+        # Raised from the wrapper's teardown: the call phase fails with this message.
+        pytest.fail(failure, pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, Any, None]:
     """Stop capturing after the test's fixtures are torn down."""
     try:
-        return (yield)
+        yield
     finally:
         recorder = item.stash.get(_RECORDER_KEY, None)
         if recorder is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import threading
 from array import array
@@ -80,11 +81,18 @@ def _warn_once(key: str, message: str) -> None:
     logger.warning(message)
 
 
+_CACHE_ENV = ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR")
+"""Variables by which a user points tiktoken at its own encoding files (they take precedence
+over the files shipped with cachepilot)."""
+
+
 def load_encoding(name: str = DEFAULT_ENCODING) -> Encoding:
     """Load a tiktoken encoding, or the approximate one (with one warning) when it cannot load.
 
-    tiktoken reads `TIKTOKEN_CACHE_DIR`; on a machine without internet point it at a folder
-    holding the encoding files.
+    `o200k_base` and `cl100k_base` are shipped with the package (`cachepilot._encodings`), so
+    they load without a network. When `TIKTOKEN_CACHE_DIR` (or `DATA_GYM_CACHE_DIR`) is set,
+    tiktoken's own loader is asked first and the shipped copy is the fallback; other
+    encodings always go through tiktoken (which may download them).
 
     Raises:
         ValueError: when `name` is empty.
@@ -93,15 +101,31 @@ def load_encoding(name: str = DEFAULT_ENCODING) -> Encoding:
         raise ValueError("encoding name must be a non-empty string, e.g. 'o200k_base'")
     if name == "approximate":
         return ApproximateEncoding()
+    from cachepilot._encodings import BUNDLED, load_bundled
+
+    configured = next((var for var in _CACHE_ENV if os.environ.get(var)), None)
+    if configured is None:
+        bundled = load_bundled(name)
+        if bundled is not None:
+            return _TiktokenEncoding(bundled)
     try:
         import tiktoken
 
         enc = tiktoken.get_encoding(name)
     except Exception as exc:  # any load failure (no file, no network, unknown name)
+        bundled = load_bundled(name) if configured is not None else None
+        if bundled is not None:
+            _warn_once(
+                f"encoding-env:{name}",
+                f"tiktoken encoding {name!r} could not be loaded from {configured} "
+                f"({type(exc).__name__}); using the copy shipped with cachepilot",
+            )
+            return _TiktokenEncoding(bundled)
+        hint = "the copy shipped with cachepilot is missing; " if name in BUNDLED else ""
         _warn_once(
             f"encoding:{name}",
             f"tiktoken encoding {name!r} could not be loaded ({type(exc).__name__}); token counts "
-            "are approximate (set TIKTOKEN_CACHE_DIR to a folder holding the encoding files)",
+            f"are approximate ({hint}set TIKTOKEN_CACHE_DIR to a folder holding its file)",
         )
         return ApproximateEncoding(f"approximate({name})")
     return _TiktokenEncoding(enc)

@@ -26,8 +26,19 @@ from dataclasses import replace
 from typing import Any
 
 from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart, ToolCall
+from cachepilot.reduce.images import DATA_URL
 
-__all__ = ["VIEW_KIND", "ResultViews", "result_text", "view_key", "views_meta", "with_text"]
+__all__ = [
+    "IMAGE_KEY_PREFIX",
+    "VIEW_KIND",
+    "ResultViews",
+    "Shrink",
+    "image_key",
+    "result_text",
+    "view_key",
+    "views_meta",
+    "with_text",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +48,19 @@ VIEW_KIND = "view"
 Ingest = Callable[[str, str, object, str, str], str]
 """`(tool name, arguments JSON, output, call id, view key) -> model-facing text`: reduces and
 archives one new result and records its view (ingestion never raises)."""
+
+Shrink = Callable[[ImagePart, str], str | None]
+"""`(image part, image key) -> replacement`: a smaller data URL, a text stub, or None to keep
+the image; archives the original and records the view under the key (never raises)."""
+
+IMAGE_KEY_PREFIX = "img:"
+"""Prefix of the view key of an image part of a tool result."""
+
+
+def image_key(part: ImagePart) -> str:
+    """The view key of one image part: a digest of its URL."""
+    digest = hashlib.sha256(part.url.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+    return IMAGE_KEY_PREFIX + digest
 
 
 def result_text(message: Message) -> str:
@@ -135,6 +159,7 @@ class ResultViews:
         *,
         ingest: Ingest,
         load: Callable[[str], str | None],
+        shrink: Shrink | None = None,
     ) -> list[Message]:
         """`messages` with every tool result shown as its reduced view.
 
@@ -146,6 +171,8 @@ class ResultViews:
                 results are added to it.
             ingest: reduces and archives one new result (see `Ingest`); returns the text.
             load: the text of a persisted view by its ref (None when the archive lost it).
+            shrink: what an image part of a result becomes (downsampled, a stub, or kept);
+                None keeps every image.
         """
         with self._lock:
             tracker = self._trackers.get(thread)
@@ -163,7 +190,7 @@ class ResultViews:
             tail = messages[known:]
             calls = _calls_by_id(messages if known == 0 else tail, tracker.inputs)
             out = [
-                self._view(thread, m, calls, views, ingest=ingest, load=load)
+                self._view(thread, m, calls, views, ingest=ingest, load=load, shrink=shrink)
                 if m.role == "tool"
                 else m
                 for m in tail
@@ -182,6 +209,7 @@ class ResultViews:
         *,
         ingest: Ingest,
         load: Callable[[str], str | None],
+        shrink: Shrink | None = None,
     ) -> Message:
         call = calls.get(str(message.tool_call_id))
         name = call.name if call is not None else (message.name or "")
@@ -211,7 +239,45 @@ class ResultViews:
             reduced = ingest(name, arguments, original, str(message.tool_call_id), key)
             text = None if reduced == original else reduced
         self.remember(thread, key, text)
-        return message if text is None else with_text(message, text)
+        out = message if text is None else with_text(message, text)
+        if shrink is None or isinstance(out.content, str):
+            return out
+        parts = tuple(
+            self._image(thread, p, views, shrink=shrink, load=load)
+            if isinstance(p, ImagePart)
+            else p
+            for p in out.content
+        )
+        if all(a is b for a, b in zip(parts, out.content, strict=True)):
+            return out
+        return replace(out, content=parts)
+
+    def _image(
+        self,
+        thread: str,
+        part: ImagePart,
+        views: dict[str, str],
+        *,
+        shrink: Shrink,
+        load: Callable[[str], str | None],
+    ) -> ImagePart | TextPart:
+        """One image part as the model reads it (the same bytes on every call and process)."""
+        key = image_key(part)
+        found, text = self.held(thread, key)
+        if not found:
+            ref = views.get(key)
+            if ref is not None:
+                text = load(ref) if ref else None
+                found = text is not None or not ref
+        if not found:
+            text = shrink(part, key)
+        self.remember(thread, key, text)
+        if text is None:
+            return part
+        match = DATA_URL.match(text)
+        if match is None:
+            return TextPart(text)
+        return ImagePart(url=text, media_type=match.group(1), detail=part.detail)
 
 
 def _calls_by_id(messages: Sequence[Message], earlier: Sequence[Message]) -> dict[str, ToolCall]:

@@ -8,23 +8,33 @@ agent = create_agent(model, tools, middleware=[CachePilotMiddleware(CachePilot()
                      checkpointer=InMemorySaver())
 ```
 
-* `wrap_tool_call` reduces each tool result at ingestion: only the reduced text reaches state
-  and checkpoints; the original is archived and the `recall` tool serves it back.
-* `wrap_model_call` runs `prepare`: the model gets a canonical system prompt, the planned view
-  and a stable tool list (with `recall` from the first call). When a maintenance epoch is
-  appended, its edits are persisted into state by same-id replacement and per-id removal, so
-  state is the view (checkpoints and resumes see exactly what the model saw).
-* Usage (incl. cached tokens) is recorded from the response's `usage_metadata`.
-* The thread's `PilotState` lives in graph state under `"cachepilot"` and survives checkpoint
-  and resume; artifacts go to the graph's `BaseStore` when it has one and the pilot was not
-  given a store.
+The middleware changes only what the model reads (`wrap_model_call`); graph state, the run's
+result, checkpoints, streams and every other middleware see the plain messages the tools
+returned:
+
+* each tool result is ingested the first time a model call carries it (reduced, its original
+  archived; what a redaction middleware removed before the model call is never archived) and
+  shown as the same reduced text on every later call;
+* the model gets a canonical system prompt, the planned view (maintenance epochs live in the
+  pilot state and are applied on every call) and a stable tool list with `recall`;
+* usage (incl. cached tokens) is recorded from the response's `usage_metadata`;
+* the thread's `PilotState` is kept in graph state under the private key `"cachepilot"`
+  (checkpointed, never part of the agent's input or output); artifacts go to the graph's
+  `BaseStore` when it has one and the pilot was not given a store.
+
+A run without a `thread_id` gets a scope of its own (kept in graph state for the rest of the
+invocation); at most `max_ephemeral_scopes` such scopes are kept live, the least recently
+used is dropped with its archived data.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, NotRequired
 
@@ -33,17 +43,11 @@ from langchain.agents.middleware.types import (
     ExtendedModelResponse,
     ModelRequest,
     ModelResponse,
-    OmitFromInput,
+    PrivateStateAttr,
 )
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    SystemMessage,
-    ToolMessage,
-)
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from cachepilot import CachePilot
@@ -51,29 +55,24 @@ from cachepilot.canonical import tool_name
 from cachepilot.fold import is_context_length_error
 from cachepilot.messages import Message
 from cachepilot.metrics import Metrics, call_metrics, langsmith_metadata
-from cachepilot.plan import Plan
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.usage import Usage
-from cachepilot_langgraph._shared import (
-    current_config,
-    tool_output,
-    use_graph_store,
-    with_content,
-)
+from cachepilot_langgraph._shared import current_config, export, sync_state, use_graph_store
 from cachepilot_langgraph.convert import (
     MessageConverter,
     ordered,
     system_text,
     to_langchain,
+    tool_name_of,
     tool_schema,
 )
-from cachepilot_langgraph.persist import persisted_edits
 from cachepilot_langgraph.recall_tool import make_recall_tool
 from cachepilot_langgraph.state import (
     PILOT_STATE_KEY,
+    SCOPE_KEY,
+    configured_thread,
     newest_pilot_state,
-    sync_pilot_state,
-    thread_of,
+    scoped,
 )
 
 __all__ = ["CachePilotMiddleware", "CachePilotState", "Prepared"]
@@ -82,23 +81,27 @@ logger = logging.getLogger(__name__)
 
 
 class CachePilotState(AgentState[Any]):
-    """Agent state with the thread's pilot state (merged by revision)."""
+    """Agent state with the thread's pilot state (private: checkpointed, not input or output)."""
 
     # The reducer must be the last annotation: LangGraph reads only `__metadata__[-1]`.
-    cachepilot: NotRequired[Annotated[dict[str, Any] | None, OmitFromInput, newest_pilot_state]]
+    cachepilot: NotRequired[Annotated[dict[str, Any] | None, PrivateStateAttr, newest_pilot_state]]
+    cachepilot_scope: NotRequired[Annotated[str | None, PrivateStateAttr]]
 
 
 @dataclass(slots=True)
 class Prepared:
-    """One model call after `prepare`: the request to send and what to persist."""
+    """One model call after `prepare`: the request to send and what it was built from."""
 
     request: ModelRequest[Any]
     thread: str
-    edits: list[BaseMessage] = field(default_factory=list)
-    """Same-id replacements and `RemoveMessage`s that make state equal the view."""
+    sent: list[BaseMessage]
+    """The message list handed to the inner handler (what inner middleware may append to)."""
+    new_scope: str | None = None
+    """A scope created for this run (no `thread_id`), to record in graph state."""
     core: list[Message] = field(default_factory=list)
     system: str | None = None
     schemas: list[dict[str, Any]] = field(default_factory=list)
+    recall: bool = True
 
 
 class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
@@ -116,6 +119,11 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         metrics: where per-call metrics go (`cachepilot.metrics.Metrics` with its sinks, e.g.
             OpenTelemetry); every call's metrics are also added to the LangSmith run's
             metadata when tracing is on.
+        recall: register the `recall` tool (default: `pilot.config.recall_tool`). The model
+            is shown it, and reduced outputs name refs, only on calls that offer other tools;
+            a tool-less agent keeps its plain graph only with `recall=False` (a registered tool
+            gives the graph a tools node).
+        max_ephemeral_scopes: how many scopes of runs without a `thread_id` stay live.
     """
 
     state_schema = CachePilotState
@@ -128,115 +136,147 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         clock: Callable[[], float] | None = None,
         use_graph_store: bool = True,
         metrics: Metrics | None = None,
+        recall: bool | None = None,
+        max_ephemeral_scopes: int = 1_024,
     ) -> None:
         super().__init__()
         if pilot is not None and not isinstance(pilot, CachePilot):
             raise ValueError(f"pilot must be a CachePilot, not {type(pilot).__name__}")
         if clock is not None and not callable(clock):
             raise ValueError("clock must be a callable returning Unix time")
+        if max_ephemeral_scopes < 1:
+            raise ValueError(f"max_ephemeral_scopes must be >= 1, got {max_ephemeral_scopes}")
         self.pilot = pilot if pilot is not None else CachePilot()
         self.namespace = namespace
         self._clock = clock or time.time
         self._use_graph_store = use_graph_store
         self.metrics = metrics
         self._converter = MessageConverter()
+        self._offer_recall = self.pilot.config.recall_tool if recall is None else bool(recall)
         self._recall_tool = make_recall_tool(self.pilot, namespace=namespace)
-        self.tools: list[BaseTool] = [self._recall_tool] if self.pilot.config.recall_tool else []
+        self.tools: list[BaseTool] = [self._recall_tool] if self._offer_recall else []
+        self._ephemeral: OrderedDict[str, None] = OrderedDict()
+        self._ephemeral_lock = threading.Lock()
+        self._max_ephemeral = max_ephemeral_scopes
 
     @property
     def name(self) -> str:
         """Middleware name (unique per agent)."""
         return "CachePilotMiddleware"
 
-    # --- helpers -----------------------------------------------------------------------------
+    # --- scope ---------------------------------------------------------------------------------
 
-    def _thread(self, config: RunnableConfig | None) -> str:
-        return thread_of(config, self.namespace)
+    def _thread(
+        self, config: RunnableConfig | None, state: Mapping[str, Any]
+    ) -> tuple[str, str | None]:
+        """(thread, scope created now): the `thread_id`, else this run's own scope."""
+        configured = configured_thread(config)
+        if configured is not None:
+            return scoped(configured, self.namespace), None
+        existing = state.get(SCOPE_KEY)
+        if isinstance(existing, str) and existing:
+            self._touch_ephemeral(existing)
+            return existing, None
+        scope = scoped(f"run-{uuid.uuid4().hex}", self.namespace)
+        self._touch_ephemeral(scope)
+        return scope, scope
+
+    def _touch_ephemeral(self, scope: str) -> None:
+        dropped: list[str] = []
+        with self._ephemeral_lock:
+            self._ephemeral[scope] = None
+            self._ephemeral.move_to_end(scope)
+            while len(self._ephemeral) > self._max_ephemeral:
+                dropped.append(self._ephemeral.popitem(last=False)[0])
+        for old in dropped:
+            self.pilot.drop_thread(old)
+
+    # --- model calls -------------------------------------------------------------------------
 
     def _graph_store(self, store: object) -> None:
         if self._use_graph_store:
             use_graph_store(self.pilot, store)
 
-    def _export(self, thread: str) -> dict[str, Any]:
-        return self.pilot.export_state(thread)
-
-    def _state_update(self, thread: str, messages: Sequence[BaseMessage]) -> Command[Any]:
-        update: dict[str, Any] = {PILOT_STATE_KEY: self._export(thread)}
-        if messages:
-            update["messages"] = list(messages)
-        return Command(update=update)
-
-    # --- model calls -------------------------------------------------------------------------
-
-    def _sync_and_inputs(self, request: ModelRequest[Any]) -> tuple[str, list[Message]]:
-        thread = self._thread(current_config())
+    def _inputs(self, request: ModelRequest[Any]) -> tuple[str, str | None, bool, list[Message]]:
+        state = request.state if isinstance(request.state, Mapping) else {}
+        thread, new_scope = self._thread(current_config(), state)
         self._graph_store(getattr(request.runtime, "store", None))
-        state = request.state if isinstance(request.state, dict) else {}
-        sync_pilot_state(self.pilot, thread, state.get(PILOT_STATE_KEY))
-        return thread, self._converter.to_core(request.messages)
+        sync_state(self.pilot, thread, state.get(PILOT_STATE_KEY))
+        others = [t for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
+        recall = self._offer_recall and bool(others)
+        return thread, new_scope, recall, self._converter.to_core(request.messages)
 
-    def _finish_prepare(
+    def _finish(
         self,
         request: ModelRequest[Any],
         *,
         thread: str,
+        new_scope: str | None,
+        recall: bool,
         core: list[Message],
-        epochs_before: int,
         result: tuple[str | None, list[Message], list[dict[str, Any]]],
         system: str | None,
         schemas: list[dict[str, Any]],
     ) -> Prepared:
         out_system, view, out_tools = result
         by_id = {m.id: m for m in request.messages if m.id}
-        lc_view = [to_langchain(m, self._converter, by_id) for m in view]
-        overrides: dict[str, Any] = {"messages": lc_view}
+        sent = [to_langchain(m, self._converter, by_id) for m in view]
+        overrides: dict[str, Any] = {"messages": sent}
         if out_system != system:
             overrides["system_message"] = (
                 None if out_system is None else SystemMessage(content=out_system)
             )
         names = [tool_name(t) for t in out_tools]
-        overrides["tools"] = ordered(request.tools, names)
-        plan = self.pilot.state(thread).plan
-        edits = (
-            self._persisted_edits(request.messages, core, plan)
-            if len(plan.epochs) > epochs_before
-            else []
+        tools = (
+            request.tools
+            if recall
+            else [t for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
         )
-        return Prepared(request.override(**overrides), thread, edits, core, system, schemas)
-
-    def _persisted_edits(
-        self, messages: Sequence[BaseMessage], core: Sequence[Message], plan: Plan
-    ) -> list[BaseMessage]:
-        """Same-id replacements and removals that turn state into the planned view."""
-        return persisted_edits(messages, core, plan, self._converter)
+        overrides["tools"] = ordered(tools, names)
+        return Prepared(
+            request.override(**overrides),
+            thread,
+            sent,
+            new_scope,
+            core,
+            system,
+            schemas,
+            recall,
+        )
 
     def _prepare(self, request: ModelRequest[Any]) -> Prepared:
-        thread, core = self._sync_and_inputs(request)
+        thread, new_scope, recall, core = self._inputs(request)
         system = system_text(request.system_message)
-        schemas = [tool_schema(t) for t in request.tools]
-        epochs_before = len(self.pilot.state(thread).plan.epochs)
-        result = self.pilot.prepare(system, core, schemas, thread, now=self._clock())
-        return self._finish_prepare(
+        schemas = [tool_schema(t) for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
+        shown = self.pilot.reduce_results(core, thread, recall=recall)
+        result = self.pilot.prepare(
+            system, shown, schemas, thread, now=self._clock(), recall=recall
+        )
+        return self._finish(
             request,
             thread=thread,
-            core=core,
-            epochs_before=epochs_before,
+            new_scope=new_scope,
+            recall=recall,
+            core=shown,
             result=result,
             system=system,
             schemas=schemas,
         )
 
     async def _aprepare(self, request: ModelRequest[Any]) -> Prepared:
-        thread, core = self._sync_and_inputs(request)
+        thread, new_scope, recall, core = self._inputs(request)
         system = system_text(request.system_message)
-        schemas = [tool_schema(t) for t in request.tools]
-        epochs_before = len(self.pilot.state(thread).plan.epochs)
-        result = await self.pilot.aprepare(system, core, schemas, thread, now=self._clock())
-        return self._finish_prepare(
+        schemas = [tool_schema(t) for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
+        shown = await self.pilot.areduce_results(core, thread, recall=recall)
+        result = await self.pilot.aprepare(
+            system, shown, schemas, thread, now=self._clock(), recall=recall
+        )
+        return self._finish(
             request,
             thread=thread,
-            core=core,
-            epochs_before=epochs_before,
+            new_scope=new_scope,
+            recall=recall,
+            core=shown,
             result=result,
             system=system,
             schemas=schemas,
@@ -279,46 +319,83 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
 
     def _respond(
         self,
+        request: ModelRequest[Any],
         prepared: Prepared,
+        sent_before: int,
         result: ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any],
     ) -> ExtendedModelResponse[Any]:
+        # Inner middleware may append to the list it was handed (LangChain's documented way
+        # to add a message); in a plain agent that list is the state's, so carry the appends
+        # over to the list this middleware was given.
+        appended = prepared.sent[sent_before:]
+        if appended and isinstance(request.messages, list):
+            request.messages.extend(appended)  # type: ignore[arg-type]
+        command: Command[Any] | None = None
         if isinstance(result, ExtendedModelResponse):
             response = result.model_response
+            command = result.command
         elif isinstance(result, AIMessage):
             response = ModelResponse(result=[result])
         else:
             response = result
         self._record(prepared.thread, response)
-        return ExtendedModelResponse(
-            model_response=response,
-            command=self._state_update(prepared.thread, prepared.edits),
-        )
+        update: dict[str, Any] = {PILOT_STATE_KEY: export(self.pilot, prepared.thread)}
+        if prepared.new_scope is not None:
+            update[SCOPE_KEY] = prepared.new_scope
+        return ExtendedModelResponse(model_response=response, command=_merged(command, update))
 
-    def _emergency(self, request: ModelRequest[Any], prepared: Prepared) -> bool:
+    def _emergency(self, prepared: Prepared) -> bool:
         folded = self.pilot.emergency_fold(
             prepared.system, prepared.core, prepared.thread, prepared.schemas
         )
         if folded:
-            logger.warning("thread %s: context too long; folded and retrying", prepared.thread)
+            logger.warning(
+                "thread %s: context too long for the provider; folded history and retrying once",
+                prepared.thread,
+            )
         return folded
+
+    def _retry_request(self, request: ModelRequest[Any], prepared: Prepared) -> Prepared:
+        """The request again after an emergency fold, without reloading graph state (which
+        does not hold the fold yet)."""
+        system = prepared.system
+        result = self.pilot.prepare(
+            system,
+            prepared.core,
+            prepared.schemas,
+            prepared.thread,
+            now=self._clock(),
+            maintain=False,
+            recall=prepared.recall,
+        )
+        return self._finish(
+            request,
+            thread=prepared.thread,
+            new_scope=prepared.new_scope,
+            recall=prepared.recall,
+            core=prepared.core,
+            result=result,
+            system=system,
+            schemas=prepared.schemas,
+        )
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ExtendedModelResponse[Any]:
-        """Send the prepared view; persist maintenance edits and pilot state."""
+        """Send the prepared view; persist the pilot state."""
         prepared = self._prepare(request)
+        sent_before = len(prepared.sent)
         try:
             result = handler(prepared.request)
         except Exception as exc:
-            if not is_context_length_error(exc) or not self._emergency(request, prepared):
+            if not is_context_length_error(exc) or not self._emergency(prepared):
                 raise
-            retry = self._prepare(request)
-            retry.edits = retry.edits or prepared.edits
-            result = handler(retry.request)
-            prepared = retry
-        return self._respond(prepared, result)
+            prepared = self._retry_request(request, prepared)
+            sent_before = len(prepared.sent)
+            result = handler(prepared.request)
+        return self._respond(request, prepared, sent_before, result)
 
     async def awrap_model_call(
         self,
@@ -327,120 +404,27 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
     ) -> ExtendedModelResponse[Any]:
         """Async twin of `wrap_model_call`."""
         prepared = await self._aprepare(request)
+        sent_before = len(prepared.sent)
         try:
             result = await handler(prepared.request)
         except Exception as exc:
-            if not is_context_length_error(exc) or not self._emergency(request, prepared):
+            if not is_context_length_error(exc) or not self._emergency(prepared):
                 raise
-            retry = await self._aprepare(request)
-            retry.edits = retry.edits or prepared.edits
-            result = await handler(retry.request)
-            prepared = retry
-        return self._respond(prepared, result)
-
-    # --- tool calls --------------------------------------------------------------------------
-
-    def _tool_thread(self, request: ToolCallRequest) -> str:
-        runtime = request.runtime
-        config = getattr(runtime, "config", None) if runtime is not None else None
-        self._graph_store(getattr(runtime, "store", None) if runtime is not None else None)
-        thread = self._thread(config if config is not None else current_config())
-        state = request.state if isinstance(request.state, dict) else {}
-        sync_pilot_state(self.pilot, thread, state.get(PILOT_STATE_KEY))
-        return thread
-
-    def _reduce(
-        self, request: ToolCallRequest, result: ToolMessage | Command[Any], texts: dict[int, str]
-    ) -> ToolMessage | Command[Any]:
-        """`result` with its tool message(s) carrying the reduced text in `texts`."""
-        if isinstance(result, ToolMessage):
-            return _reduced(result, texts)
-        update = result.update
-        if not isinstance(update, dict) or not isinstance(update.get("messages"), list):
-            return result
-        messages = [
-            _reduced(m, texts) if isinstance(m, ToolMessage) else m for m in update["messages"]
-        ]
-        return Command(
-            graph=result.graph,
-            update={**update, "messages": messages},
-            resume=result.resume,
-            goto=result.goto,
-        )
-
-    def _to_ingest(self, request: ToolCallRequest, result: object) -> list[ToolMessage]:
-        call_id = request.tool_call.get("id")
-        if isinstance(result, ToolMessage):
-            found = [result]
-        elif isinstance(result, Command) and isinstance(result.update, dict):
-            found = [m for m in result.update.get("messages") or [] if isinstance(m, ToolMessage)]
-        else:
-            return []
-        return [m for m in found if m.tool_call_id == call_id or len(found) == 1]
-
-    def _finish_tool(
-        self,
-        request: ToolCallRequest,
-        thread: str,
-        result: ToolMessage | Command[Any],
-        texts: dict[int, str],
-    ) -> ToolMessage | Command[Any]:
-        reduced = self._reduce(request, result, texts)
-        state_update = {PILOT_STATE_KEY: self._export(thread)}
-        if isinstance(reduced, ToolMessage):
-            return Command(update={"messages": [reduced], **state_update})
-        if reduced.graph is None and isinstance(reduced.update, dict):
-            return Command(
-                update={**reduced.update, **state_update},
-                resume=reduced.resume,
-                goto=reduced.goto,
-            )
-        return reduced
-
-    def wrap_tool_call(
-        self,
-        request: ToolCallRequest,
-        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
-    ) -> ToolMessage | Command[Any]:
-        """Run the tool, then reduce its output at ingestion (recall results pass as they are)."""
-        thread = self._tool_thread(request)
-        result = handler(request)
-        name = str(request.tool_call.get("name", ""))
-        texts: dict[int, str] = {}
-        if name != RECALL_TOOL_NAME or request.tool is not self._recall_tool:
-            for message in self._to_ingest(request, result):
-                texts[id(message)] = self.pilot.ingest(
-                    name,
-                    request.tool_call.get("args"),
-                    tool_output(message),
-                    str(message.tool_call_id),
-                    thread,
-                )
-        return self._finish_tool(request, thread, result, texts)
-
-    async def awrap_tool_call(
-        self,
-        request: ToolCallRequest,
-        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
-    ) -> ToolMessage | Command[Any]:
-        """Async twin of `wrap_tool_call`."""
-        thread = self._tool_thread(request)
-        result = await handler(request)
-        name = str(request.tool_call.get("name", ""))
-        texts: dict[int, str] = {}
-        if name != RECALL_TOOL_NAME or request.tool is not self._recall_tool:
-            for message in self._to_ingest(request, result):
-                texts[id(message)] = await self.pilot.aingest(
-                    name,
-                    request.tool_call.get("args"),
-                    tool_output(message),
-                    str(message.tool_call_id),
-                    thread,
-                )
-        return self._finish_tool(request, thread, result, texts)
+            prepared = self._retry_request(request, prepared)
+            sent_before = len(prepared.sent)
+            result = await handler(prepared.request)
+        return self._respond(request, prepared, sent_before, result)
 
 
-def _reduced(message: ToolMessage, texts: dict[int, str]) -> ToolMessage:
-    """`message` with the reduced text ingestion gave it, if it went through ingestion."""
-    text = texts.get(id(message))
-    return message if text is None else with_content(message, text)
+def _merged(command: Command[Any] | None, update: dict[str, Any]) -> Command[Any]:
+    """`update` added to an inner middleware's command (its own keys win)."""
+    if command is None:
+        return Command(update=update)
+    inner = command.update
+    if inner is None:
+        merged: Any = update
+    elif isinstance(inner, Mapping):
+        merged = {**update, **inner}
+    else:  # a list of (key, value) pairs
+        merged = [*update.items(), *inner]
+    return Command(graph=command.graph, update=merged, resume=command.resume, goto=command.goto)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_config
+from langgraph.prebuilt import ToolRuntime
 
 from cachepilot import CachePilot
 from cachepilot.recall import (
@@ -15,9 +18,9 @@ from cachepilot.recall import (
     RECALL_TOOL_NAME,
     RECALL_TOOL_PARAMETERS,
 )
-from cachepilot_langgraph.state import thread_of
+from cachepilot_langgraph.state import SCOPE_KEY, configured_thread, scoped
 
-__all__ = ["make_recall_tool"]
+__all__ = ["make_recall_tool", "recall_thread"]
 
 
 def _config() -> RunnableConfig | None:
@@ -35,11 +38,29 @@ def _max_chars(value: object) -> int:
     return number if number > 0 else DEFAULT_MAX_CHARS
 
 
+def recall_thread(
+    config: RunnableConfig | None, state: object, namespace: str | None = None
+) -> str:
+    """The thread a recall reads: the run's `thread_id`, else the run's own scope.
+
+    A run with neither (nothing was archived for it) gets a fresh, empty scope: it can never
+    read another run's data.
+    """
+    configured = configured_thread(config)
+    if configured is not None:
+        return scoped(configured, namespace)
+    if isinstance(state, Mapping):
+        scope = state.get(SCOPE_KEY)
+        if isinstance(scope, str) and scope:
+            return scope
+    return scoped(f"run-{uuid.uuid4().hex}", namespace)
+
+
 def make_recall_tool(pilot: CachePilot, *, namespace: str | None = None) -> BaseTool:
     """A tool named `recall` serving `pilot.recall` for the running thread.
 
     The thread is the LangGraph `thread_id` of the run that calls it (prefixed by
-    `namespace`), so one thread can never read another's artifacts.
+    `namespace`), else the run's own scope, so one thread can never read another's artifacts.
     """
 
     def run(
@@ -47,8 +68,10 @@ def make_recall_tool(pilot: CachePilot, *, namespace: str | None = None) -> Base
         lines: str | None = None,
         grep: str | None = None,
         max_chars: Any = DEFAULT_MAX_CHARS,
+        runtime: ToolRuntime | None = None,
     ) -> str:
-        thread = thread_of(_config(), namespace)
+        state = runtime.state if runtime is not None else None
+        thread = recall_thread(_config(), state, namespace)
         return pilot.recall(str(ref), lines, grep, _max_chars(max_chars), thread=thread)
 
     async def arun(
@@ -56,8 +79,10 @@ def make_recall_tool(pilot: CachePilot, *, namespace: str | None = None) -> Base
         lines: str | None = None,
         grep: str | None = None,
         max_chars: Any = DEFAULT_MAX_CHARS,
+        runtime: ToolRuntime | None = None,
     ) -> str:
-        thread = thread_of(_config(), namespace)
+        state = runtime.state if runtime is not None else None
+        thread = recall_thread(_config(), state, namespace)
         return await pilot.arecall(str(ref), lines, grep, _max_chars(max_chars), thread=thread)
 
     return StructuredTool(

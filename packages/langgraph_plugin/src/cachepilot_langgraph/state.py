@@ -16,8 +16,11 @@ from cachepilot import CachePilot
 
 __all__ = [
     "PILOT_STATE_KEY",
+    "SCOPE_KEY",
     "PilotStateMixin",
+    "configured_thread",
     "newest_pilot_state",
+    "scoped",
     "sync_pilot_state",
     "thread_of",
 ]
@@ -26,6 +29,9 @@ logger = logging.getLogger(__name__)
 
 PILOT_STATE_KEY = "cachepilot"
 """Graph state key holding `PilotState.model_dump(mode="json")`."""
+
+SCOPE_KEY = "cachepilot_scope"
+"""Graph state key holding the scope of a run that has no `thread_id` of its own."""
 
 
 def newest_pilot_state(
@@ -51,6 +57,19 @@ class PilotStateMixin(TypedDict):
     """Add to a hand-built graph's state (`class State(MessagesState, PilotStateMixin)`)."""
 
     cachepilot: NotRequired[Annotated[dict[str, Any] | None, newest_pilot_state]]
+
+
+def configured_thread(config: RunnableConfig | None) -> str | None:
+    """The LangGraph `thread_id` of a run's config, if it has one."""
+    if not config:
+        return None
+    found = (config.get("configurable") or {}).get("thread_id")
+    return str(found) if found is not None and str(found) else None
+
+
+def scoped(thread: str, namespace: str | None = None) -> str:
+    """`thread` prefixed by `namespace` (several agents sharing one pilot and thread ids)."""
+    return f"{namespace}:{thread}" if namespace else thread
 
 
 def thread_of(config: RunnableConfig | None, namespace: str | None = None) -> str:

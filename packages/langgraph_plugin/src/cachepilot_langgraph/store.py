@@ -10,23 +10,46 @@ Layout (one item per artifact):
   give ``*``, ``%`` or ``:`` a meaning (``"run.7"`` becomes ``"run%2E7"``);
 - key: the ref (12 hex characters, content-addressed: the same content gives the same ref in
   every store of this package);
-- value: a JSON object ``{"format", "ref", "sha256", "size", "is_text", "media_type",
-  "meta_json", "created_at", "last_access", "access_count", "seq", "data_b64"}``. The payload is
-  base64 (exact bytes: lone surrogates, NUL and binary survive every backend) and the metadata is
-  ASCII-escaped JSON text, because PostgreSQL ``jsonb`` and ``orjson`` refuse NUL characters or
-  lone surrogates in strings.
+- value: the metadata, a JSON object ``{"format": "cachepilot.artifact/2", "ref", "sha256",
+  "size", "is_text", "media_type", "meta_json", "created_at", "last_access", "access_count",
+  "seq"}`` (the metadata is ASCII-escaped JSON text, because PostgreSQL ``jsonb`` and
+  ``orjson`` refuse NUL characters or lone surrogates in strings);
+- the payload in its own item, in a parallel tree ``(<first label>-payloads, *rest, <thread
+  label>)``, key the ref, value ``{"format": "cachepilot.payload/1", "data_b64"}`` (base64:
+  exact bytes, lone surrogates, NUL and binary survive every backend). Listing, caps, retention
+  and access counts read and write the small metadata items only; a recall reads both. Items of
+  the first layout (``cachepilot.artifact/1``, payload inline) are still read, counted and
+  removed.
+
+An artifact removed by the retention or a size cap leaves a small tombstone item (key
+``removed-<ref>``, value ``{"format": "cachepilot.removed/1", "reason", "at"}``) so a recall
+can say why the ref is gone; tombstones are swept after the retention (at least 30 days).
 
 Items are written with ``index=False`` (payloads are never embedded for semantic search) and
 ``ttl=None`` (only this adapter's retention removes them).
 
+Connections: ``PostgresStore.from_conn_string(url)`` holds one connection and never reconnects;
+after a server restart every put fails (the pilot then counts archive failures and cuts large
+outputs to a preview). Give it a pool that checks connections before lending them, and it
+recovers by itself::
+
+    from psycopg_pool import ConnectionPool
+
+    with PostgresStore.from_conn_string(
+        url, pool_config={"max_size": 8, "check": ConnectionPool.check_connection}
+    ) as store:
+        ...
+
 Limits and costs, all documented on `LangGraphArtifactStore`:
 
-- one artifact is one store value; base64 adds a third, so backend value limits apply
+- one payload is one store value; base64 adds a third, so backend value limits apply
   (PostgreSQL ``jsonb`` about 255 MiB, Redis 512 MiB); `max_payload_bytes` (default 128 MiB)
   refuses bigger payloads up front with a `ValueError`;
 - `BaseStore` has no partial update: counting a recall or re-archiving known content rewrites the
-  item (payload included), and the count is last-writer-wins between machines;
-- listing, size caps and `prune` read the values they inspect (payloads included), page by page.
+  metadata item, and the count is last-writer-wins between machines;
+- listing, size caps and `prune` read the metadata items they inspect, page by page;
+- the payload is written before its metadata: a crash in between leaves an unreferenced
+  payload item (never read; `delete_thread` does not see it).
 """
 
 from __future__ import annotations
@@ -53,6 +76,9 @@ from cachepilot.artifacts.base import (
     DEFAULT_MAX_BYTES_PER_THREAD,
     DEFAULT_MAX_TOTAL_BYTES,
     DEFAULT_RETENTION_SECONDS,
+    REMOVED_BY_RETENTION,
+    REMOVED_BY_SIZE,
+    TOMBSTONE_SECONDS,
     Artifact,
     ArtifactInfo,
     BaseArtifactStore,
@@ -70,6 +96,8 @@ from cachepilot.refs import content_digest, is_ref
 __all__ = [
     "DEFAULT_ARTIFACT_NAMESPACE",
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "INLINE_FORMAT",
+    "PAYLOAD_FORMAT",
     "VALUE_FORMAT",
     "LangGraphArtifactStore",
     "thread_label",
@@ -84,8 +112,16 @@ DEFAULT_ARTIFACT_NAMESPACE: tuple[str, ...] = ("cachepilot", "artifacts")
 DEFAULT_MAX_PAYLOAD_BYTES: int = 128 * 1024 * 1024
 """Largest payload one item holds (128 MiB: about 171 MiB of base64, under PostgreSQL's
 ``jsonb`` limit)."""
-VALUE_FORMAT = "cachepilot.artifact/1"
-"""The ``format`` field of every artifact value; items without it are not artifacts."""
+VALUE_FORMAT = "cachepilot.artifact/2"
+"""The ``format`` field of every artifact's metadata item (its payload is a separate item)."""
+INLINE_FORMAT = "cachepilot.artifact/1"
+"""The first layout: metadata and payload (``data_b64``) in one item; still read."""
+PAYLOAD_FORMAT = "cachepilot.payload/1"
+"""The ``format`` field of a payload item."""
+
+TOMBSTONE_FORMAT = "cachepilot.removed/1"
+"""The ``format`` field of the item that says why an artifact is gone."""
+_TOMBSTONE_PREFIX = "removed-"
 
 _SAFE_LABEL_CHARS = frozenset(string.ascii_letters + string.digits + "-_")
 _DEFAULT_PAGE_SIZE = 100
@@ -135,6 +171,12 @@ class _Put:
 
 
 @dataclass(frozen=True, slots=True)
+class _PutMany:
+    namespace: tuple[str, ...]
+    items: tuple[tuple[str, dict[str, Any]], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class _Delete:
     namespace: tuple[str, ...]
     keys: tuple[str, ...]
@@ -154,13 +196,22 @@ class _ListNamespaces:
     limit: int
 
 
-_Op: TypeAlias = _Get | _Put | _Delete | _Search | _ListNamespaces
+_Op: TypeAlias = _Get | _Put | _PutMany | _Delete | _Search | _ListNamespaces
 _Flow: TypeAlias = Generator[_Op, Any, _T]
 
 
 def _get(namespace: tuple[str, ...], key: str) -> _Flow[Item | None]:
     result = yield _Get(namespace, key)
     return cast("Item | None", result)
+
+
+def _tombstones(
+    namespace: tuple[str, ...], refs: Sequence[str], reason: str, now: float
+) -> _Flow[None]:
+    """Remember why `refs` are gone (one batch)."""
+    if refs:
+        value = {"format": TOMBSTONE_FORMAT, "reason": reason, "at": now}
+        yield _PutMany(namespace, tuple((_TOMBSTONE_PREFIX + ref, value) for ref in refs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,13 +230,13 @@ class _Record:
 
 def _parse(value: object, thread: str, ref: str) -> _Record | None:
     """The record of an artifact value, or None when it is not one of ours."""
-    if not isinstance(value, Mapping) or value.get("format") != VALUE_FORMAT:
+    if not isinstance(value, Mapping) or value.get("format") not in (VALUE_FORMAT, INLINE_FORMAT):
         return None
     try:
         flags = (value["is_text"], value["media_type"], value["meta_json"], value["sha256"])
         if not isinstance(flags[0], bool) or not all(isinstance(f, str) for f in flags[1:]):
             return None
-        if not isinstance(value["data_b64"], str):
+        if value["format"] == INLINE_FORMAT and not isinstance(value["data_b64"], str):
             return None
         info = ArtifactInfo(
             ref=ref,
@@ -271,7 +322,8 @@ class LangGraphArtifactStore(BaseArtifactStore):
             whole namespace: switch it off for very large shared stores and call `prune` from a
             scheduled job instead.
         max_payload_bytes: Largest payload accepted; bigger ones raise `ValueError` (the pilot
-            then passes the output through unreduced). None: no limit besides the backend's.
+            then passes it whole when under the tool's size limit, else a head/tail preview,
+            and counts an archive failure). None: no limit besides the backend's.
         page_size: Items per `search` / `list_namespaces` page.
 
     Raises:
@@ -322,6 +374,16 @@ class LangGraphArtifactStore(BaseArtifactStore):
         """
         return (*self.namespace, thread_label(thread))
 
+    def payload_namespace_of(self, thread: str) -> tuple[str, ...]:
+        """The `BaseStore` namespace holding a thread's payloads (outside the metadata tree,
+        so listings never read them).
+
+        Raises:
+            ValueError: for an empty or non-UTF-8-encodable thread id.
+        """
+        first, *rest = self.namespace
+        return (f"{first}-payloads", *rest, thread_label(thread))
+
     def close(self) -> None:
         """Nothing to release: the `BaseStore` belongs to the graph and stays open."""
 
@@ -344,6 +406,9 @@ class LangGraphArtifactStore(BaseArtifactStore):
 
     def _delete_all(self, thread: str) -> int:
         return self._run(self._flow_delete_all(thread))
+
+    def _removed_reason(self, thread: str, ref: str) -> str | None:
+        return self._run(self._flow_removed(thread, ref))
 
     def prune(self, now: float | None = None) -> int:
         """Remove artifacts idle longer than the retention, then enforce the caps."""
@@ -394,6 +459,11 @@ class LangGraphArtifactStore(BaseArtifactStore):
         key = self._key(thread, ref)
         return False if key is None else await self._arun(self._flow_delete_one(thread, key))
 
+    async def aremoved(self, thread: str, ref: str) -> str | None:
+        """Async `removed`."""
+        key = self._key(thread, ref)
+        return None if key is None else await self._arun(self._flow_removed(thread, key))
+
     async def adelete_thread(self, thread: str) -> int:
         """Async `delete_thread`."""
         return await self._arun(self._flow_delete_all(check_thread(thread)))
@@ -439,6 +509,9 @@ class LangGraphArtifactStore(BaseArtifactStore):
         if isinstance(op, _Put):
             store.put(op.namespace, op.key, op.value, index=False, ttl=None)
             return None
+        if isinstance(op, _PutMany):
+            store.batch([PutOp(op.namespace, k, v, index=False, ttl=None) for k, v in op.items])
+            return None
         if isinstance(op, _Delete):
             if len(op.keys) == 1:
                 store.delete(op.namespace, op.keys[0])
@@ -469,6 +542,11 @@ class LangGraphArtifactStore(BaseArtifactStore):
             return await store.aget(op.namespace, op.key, refresh_ttl=False)
         if isinstance(op, _Put):
             await store.aput(op.namespace, op.key, op.value, index=False, ttl=None)
+            return None
+        if isinstance(op, _PutMany):
+            await store.abatch(
+                [PutOp(op.namespace, k, v, index=False, ttl=None) for k, v in op.items]
+            )
             return None
         if isinstance(op, _Delete):
             if len(op.keys) == 1:
@@ -517,8 +595,10 @@ class LangGraphArtifactStore(BaseArtifactStore):
             "last_access": now,
             "access_count": 0,
             "seq": self._next_seq(),
-            "data_b64": base64.b64encode(enc.data).decode("ascii"),
         }
+        payload = {"format": PAYLOAD_FORMAT, "data_b64": base64.b64encode(enc.data).decode("ascii")}
+        # The payload first: metadata never names a payload that is not there.
+        yield _Put(self.payload_namespace_of(thread), enc.ref, payload)
         yield _Put(namespace, enc.ref, value)
         self._add_bytes(thread, size)
         evicted += yield from self._flow_enforce_caps(thread, enc.ref, now)
@@ -532,8 +612,13 @@ class LangGraphArtifactStore(BaseArtifactStore):
         if record is None:
             logger.warning("item at artifact ref %s is not a cachepilot artifact", ref)
             return None
+        encoded = item.value.get("data_b64")
+        if item.value.get("format") == VALUE_FORMAT:
+            payload = yield from _get(self.payload_namespace_of(thread), ref)
+            value = None if payload is None else payload.value
+            encoded = value.get("data_b64") if isinstance(value, Mapping) else None
         try:
-            data = base64.b64decode(item.value["data_b64"], validate=True)
+            data = base64.b64decode(encoded, validate=True) if isinstance(encoded, str) else None
         except (binascii.Error, ValueError):
             data = None
         if (
@@ -544,6 +629,14 @@ class LangGraphArtifactStore(BaseArtifactStore):
             logger.error("artifact %s is corrupt in the store (payload does not match)", ref)
             return None
         return artifact_from(record.info, data)
+
+    def _flow_removed(self, thread: str, ref: str) -> _Flow[str | None]:
+        item = yield from _get(self.namespace_of(thread), _TOMBSTONE_PREFIX + ref)
+        value = None if item is None else item.value
+        if isinstance(value, Mapping) and value.get("format") == TOMBSTONE_FORMAT:
+            reason = value.get("reason")
+            return reason if isinstance(reason, str) else None
+        return None
 
     def _flow_count_access(self, thread: str, ref: str, now: float) -> _Flow[bool]:
         namespace = self.namespace_of(thread)
@@ -572,17 +665,25 @@ class LangGraphArtifactStore(BaseArtifactStore):
         item = yield from _get(namespace, ref)
         if item is None:
             return False
-        yield _Delete(namespace, (ref,))
+        yield from self._flow_drop(thread, (ref,))
         record = _parse(item.value, thread, ref)
         if record is not None:
             self._add_bytes(thread, -record.info.size)
         return True
 
+    def _flow_drop(self, thread: str, refs: tuple[str, ...]) -> _Flow[None]:
+        """Delete artifacts: their metadata items, then their payload items."""
+        yield _Delete(self.namespace_of(thread), refs)
+        yield _Delete(self.payload_namespace_of(thread), refs)
+
     def _flow_delete_all(self, thread: str) -> _Flow[int]:
         namespace = self.namespace_of(thread)
-        entries = yield from self._flow_items(namespace, thread)
+        tombstones: builtins.list[tuple[str, float]] = []
+        entries = yield from self._flow_items(namespace, thread, tombstones)
         if entries:
-            yield _Delete(namespace, tuple(key for key, _record in entries))
+            yield from self._flow_drop(thread, tuple(key for key, _record in entries))
+        if tombstones:
+            yield _Delete(namespace, tuple(key for key, _at in tombstones))
         shared = self._shared
         with shared.lock:
             if shared.total_bytes is not None:
@@ -591,9 +692,13 @@ class LangGraphArtifactStore(BaseArtifactStore):
         return len(entries)
 
     def _flow_items(
-        self, namespace: tuple[str, ...], thread: str
+        self,
+        namespace: tuple[str, ...],
+        thread: str,
+        tombstones: builtins.list[tuple[str, float]] | None = None,
     ) -> _Flow[builtins.list[tuple[str, _Record | None]]]:
-        """Every ref-keyed item of one namespace, parsed, read page by page."""
+        """Every ref-keyed item of one namespace, parsed, read page by page (and, into
+        `tombstones` when given, the key and time of every tombstone)."""
         seen: set[str] = set()
         entries: builtins.list[tuple[str, _Record | None]] = []
         offset = 0
@@ -602,7 +707,17 @@ class LangGraphArtifactStore(BaseArtifactStore):
             fresh = 0
             for item in page:
                 # A search covers deeper namespaces too: only this thread's own items count.
-                if tuple(item.namespace) != namespace or not is_ref(item.key):
+                if tuple(item.namespace) != namespace:
+                    continue
+                if not is_ref(item.key):
+                    if tombstones is not None and item.key.startswith(_TOMBSTONE_PREFIX):
+                        at = item.value.get("at") if isinstance(item.value, Mapping) else None
+                        if item.key not in seen:
+                            seen.add(item.key)
+                            fresh += 1
+                            tombstones.append(
+                                (item.key, float(at) if isinstance(at, int | float) else 0.0)
+                            )
                     continue
                 if item.key in seen:
                     continue
@@ -652,7 +767,9 @@ class LangGraphArtifactStore(BaseArtifactStore):
                 self._set_thread_bytes(thread, used)
                 victims = _lru_victims(records, used - cap, {(thread, keep)})
                 if victims:
-                    yield _Delete(namespace, tuple(v.info.ref for v in victims))
+                    gone = [v.info.ref for v in victims]
+                    yield from _tombstones(namespace, gone, REMOVED_BY_SIZE, now)
+                    yield from self._flow_drop(thread, tuple(gone))
                     self._add_bytes(thread, -sum(v.info.size for v in victims))
                     removed += len(victims)
         total_cap = self.limits.max_total_bytes
@@ -672,9 +789,14 @@ class LangGraphArtifactStore(BaseArtifactStore):
         by_thread: dict[str, builtins.list[_Record]] = {}
         seconds = self.limits.retention_seconds if retention else None
         # All namespaces are listed before anything is deleted: deleting shifts the pages.
+        forget = now - max(seconds or 0.0, TOMBSTONE_SECONDS)
         for namespace, thread in (yield from self._flow_namespaces()):
-            entries = yield from self._flow_items(namespace, thread)
+            tombstones: builtins.list[tuple[str, float]] = []
+            entries = yield from self._flow_items(namespace, thread, tombstones)
             records = [record for _key, record in entries if record is not None]
+            stale = tuple(key for key, at in tombstones if at < forget)
+            if stale and retention:
+                yield _Delete(namespace, stale)
             if seconds is not None:
                 cutoff = now - seconds
                 expired = [
@@ -683,9 +805,10 @@ class LangGraphArtifactStore(BaseArtifactStore):
                     if r.info.last_access < cutoff and (thread, r.info.ref) not in protected
                 ]
                 if expired:
-                    yield _Delete(namespace, tuple(r.info.ref for r in expired))
-                    removed += len(expired)
                     gone = {r.info.ref for r in expired}
+                    yield from _tombstones(namespace, sorted(gone), REMOVED_BY_RETENTION, now)
+                    yield from self._flow_drop(thread, tuple(r.info.ref for r in expired))
+                    removed += len(expired)
                     records = [r for r in records if r.info.ref not in gone]
             by_thread[thread] = records
         cap = self.limits.max_bytes_per_thread
@@ -694,10 +817,12 @@ class LangGraphArtifactStore(BaseArtifactStore):
                 used = sum(r.info.size for r in records)
                 victims = _lru_victims(records, used - cap, protected)
                 if victims:
-                    yield _Delete(self.namespace_of(thread), tuple(v.info.ref for v in victims))
+                    doomed_refs = [v.info.ref for v in victims]
+                    namespace = self.namespace_of(thread)
+                    yield from _tombstones(namespace, doomed_refs, REMOVED_BY_SIZE, now)
+                    yield from self._flow_drop(thread, tuple(doomed_refs))
                     removed += len(victims)
-                    gone = {v.info.ref for v in victims}
-                    by_thread[thread] = [r for r in records if r.info.ref not in gone]
+                    by_thread[thread] = [r for r in records if r.info.ref not in doomed_refs]
         total_cap = self.limits.max_total_bytes
         if total_cap is not None:
             everything = [r for records in by_thread.values() for r in records]
@@ -707,7 +832,9 @@ class LangGraphArtifactStore(BaseArtifactStore):
             for victim in victims:
                 doomed.setdefault(victim.info.thread, set()).add(victim.info.ref)
             for thread, refs in doomed.items():
-                yield _Delete(self.namespace_of(thread), tuple(sorted(refs)))
+                ordered = sorted(refs)
+                yield from _tombstones(self.namespace_of(thread), ordered, REMOVED_BY_SIZE, now)
+                yield from self._flow_drop(thread, tuple(ordered))
                 by_thread[thread] = [r for r in by_thread[thread] if r.info.ref not in refs]
             removed += len(victims)
         sizes = {t: sum(r.info.size for r in records) for t, records in by_thread.items()}

@@ -111,7 +111,7 @@ class ThreadPersistence:
             await store.delete(thread)
         except Exception:
             logger.error("thread %s: could not delete the saved state", thread, exc_info=True)
-        self._pilot.release(thread)
+        self._pilot.drop_thread(thread, artifacts=False)
         self._saved.pop(thread, None)
         self._exchanges.forget(thread)
         try:

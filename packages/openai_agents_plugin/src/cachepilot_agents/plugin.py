@@ -409,7 +409,7 @@ class CachePilotAgents:
 
     def _release_scope(self, scope: str) -> None:
         """Everything a run's own scope held: memory, its archive, its exchanges."""
-        self._pilot.release(scope, archive=True)
+        self._pilot.drop_thread(scope)
         self._builders.pop(scope, None)
         self.exchanges.forget(scope)
         self.media.forget(scope)

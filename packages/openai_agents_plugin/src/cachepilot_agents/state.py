@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
-import threading
 import time
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
+
+from cachepilot.state_store import TABLE, MemoryStateStore, SQLiteStateStore, StateStore
 
 __all__ = [
     "MemoryStateStore",
@@ -32,115 +32,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-TABLE = "cachepilot_state"
-
-
-@runtime_checkable
-class StateStore(Protocol):
-    """Persistence of one JSON document per thread."""
-
-    async def load(self, thread: str) -> str | None:
-        """The saved state of `thread` (JSON text), or None."""
-        ...
-
-    async def save(self, thread: str, state: str) -> None:
-        """Replace the saved state of `thread`."""
-        ...
-
-    async def delete(self, thread: str) -> None:
-        """Forget `thread`."""
-        ...
-
-
-class MemoryStateStore:
-    """States in process memory (tests, in-memory sessions)."""
-
-    def __init__(self) -> None:
-        self._data: dict[str, str] = {}
-
-    async def load(self, thread: str) -> str | None:
-        """The saved state, or None."""
-        return self._data.get(thread)
-
-    async def save(self, thread: str, state: str) -> None:
-        """Keep `state`."""
-        self._data[thread] = state
-
-    async def delete(self, thread: str) -> None:
-        """Forget `thread`."""
-        self._data.pop(thread, None)
-
-
-class SQLiteStateStore:
-    """A `cachepilot_state` table in an SQLite file (WAL; safe across threads and processes).
-
-    Args:
-        path: the database file; an Agents SDK `SQLiteSession`'s own file is fine (the table
-            name does not clash with the session's tables).
-    """
-
-    def __init__(self, path: str | Path) -> None:
-        text = str(path)
-        if not text or text == ":memory:":
-            raise ValueError("SQLiteStateStore needs a database file, not ':memory:'")
-        self.path = Path(text)
-        self._lock = threading.Lock()
-        self._ready = False
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=30)
-        if not self._ready:
-            with self._lock:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {TABLE} "
-                    "(thread TEXT PRIMARY KEY, state TEXT NOT NULL, updated_at REAL NOT NULL)"
-                )
-                conn.commit()
-                self._ready = True
-        return conn
-
-    def _load(self, thread: str) -> str | None:
-        conn = self._connect()
-        try:
-            row = conn.execute(f"SELECT state FROM {TABLE} WHERE thread = ?", (thread,)).fetchone()
-        finally:
-            conn.close()
-        return None if row is None else str(row[0])
-
-    def _save(self, thread: str, state: str) -> None:
-        conn = self._connect()
-        try:
-            conn.execute(
-                f"INSERT INTO {TABLE} (thread, state, updated_at) VALUES (?, ?, ?) "
-                "ON CONFLICT(thread) DO UPDATE SET state = excluded.state, "
-                "updated_at = excluded.updated_at",
-                (thread, state, time.time()),
-            )
-            conn.commit()
-        finally:
-            conn.close()
-
-    def _delete(self, thread: str) -> None:
-        conn = self._connect()
-        try:
-            conn.execute(f"DELETE FROM {TABLE} WHERE thread = ?", (thread,))
-            conn.commit()
-        finally:
-            conn.close()
-
-    async def load(self, thread: str) -> str | None:
-        """The saved state, or None."""
-        return await asyncio.to_thread(self._load, thread)
-
-    async def save(self, thread: str, state: str) -> None:
-        """Replace the saved state."""
-        await asyncio.to_thread(self._save, thread, state)
-
-    async def delete(self, thread: str) -> None:
-        """Forget `thread`."""
-        await asyncio.to_thread(self._delete, thread)
 
 
 class SQLAlchemyStateStore:
@@ -189,15 +80,64 @@ class SQLAlchemyStateStore:
         return None if row is None else str(row[0])
 
     async def save(self, thread: str, state: str) -> None:
-        """Replace the saved state (delete + insert in one transaction: portable upsert)."""
-        from sqlalchemy import delete, insert
-
+        """Replace the saved state in one statement: an upsert in the engine's own dialect
+        (PostgreSQL and SQLite `ON CONFLICT`, MySQL `ON DUPLICATE KEY`), so concurrent saves of
+        one thread never collide; other dialects update, then insert if nothing was there."""
         await self._ensure()
+        values = {"thread": thread, "state": state, "updated_at": time.time()}
+        statement = self._upsert(values)
         async with self._engine.begin() as conn:
-            await conn.execute(delete(self._table).where(self._table.c.thread == thread))
-            await conn.execute(
-                insert(self._table).values(thread=thread, state=state, updated_at=time.time())
+            if statement is not None:
+                await conn.execute(statement)
+                return
+        await self._update_or_insert(values)
+
+    def _upsert(self, values: dict[str, Any]) -> Any:
+        """The dialect's upsert statement, or None when it has none SQLAlchemy knows."""
+        from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+        table = self._table
+        name = self._engine.dialect.name
+        if name in ("postgresql", "sqlite"):
+            dialect: Any = postgresql if name == "postgresql" else sqlite
+            statement = dialect.insert(table).values(**values)
+            return statement.on_conflict_do_update(
+                index_elements=[table.c.thread],
+                set_={
+                    "state": statement.excluded.state,
+                    "updated_at": statement.excluded.updated_at,
+                },
             )
+        if name in ("mysql", "mariadb"):
+            upsert = mysql.insert(table).values(**values)
+            return upsert.on_duplicate_key_update(
+                state=upsert.inserted.state, updated_at=upsert.inserted.updated_at
+            )
+        return None
+
+    async def _update_or_insert(self, values: dict[str, Any]) -> None:
+        """Portable replace: update; insert when no row was there; a concurrent insert that
+        won the race turns into an update."""
+        from sqlalchemy import insert, update
+        from sqlalchemy.exc import IntegrityError
+
+        table = self._table
+        change = (
+            update(table)
+            .where(table.c.thread == values["thread"])
+            .values(state=values["state"], updated_at=values["updated_at"])
+        )
+        for _ in range(3):
+            async with self._engine.begin() as conn:
+                if (await conn.execute(change)).rowcount:
+                    return
+            try:
+                async with self._engine.begin() as conn:
+                    await conn.execute(insert(table).values(**values))
+                return
+            except IntegrityError:
+                continue  # another writer inserted it first: update that row
+        raise RuntimeError(f"could not save the state of thread {values['thread']!r}")
 
     async def delete(self, thread: str) -> None:
         """Forget `thread`."""

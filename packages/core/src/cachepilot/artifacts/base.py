@@ -18,6 +18,8 @@ __all__ = [
     "DEFAULT_MAX_BYTES_PER_THREAD",
     "DEFAULT_MAX_TOTAL_BYTES",
     "DEFAULT_RETENTION_SECONDS",
+    "REMOVED_BY_RETENTION",
+    "REMOVED_BY_SIZE",
     "Artifact",
     "ArtifactInfo",
     "ArtifactStore",
@@ -39,6 +41,13 @@ DEFAULT_MAX_BYTES_PER_THREAD: int = 256 * 1024 * 1024
 """Per-thread size cap (256 MiB); least-recently-accessed artifacts are evicted first."""
 DEFAULT_MAX_TOTAL_BYTES: int = 2 * 1024 * 1024 * 1024
 """Whole-store size cap (2 GiB); least-recently-accessed artifacts are evicted first."""
+
+REMOVED_BY_RETENTION = "retention period"
+"""`removed` reason: the artifact was not accessed for longer than the retention."""
+REMOVED_BY_SIZE = "size limit"
+"""`removed` reason: evicted (least recently used) to respect a size cap."""
+TOMBSTONE_SECONDS: float = 30 * 24 * 3600
+"""How long a store remembers why an artifact is gone (at least the retention)."""
 
 TEXT_MEDIA_TYPE = "text/plain; charset=utf-8"
 BINARY_MEDIA_TYPE = "application/octet-stream"
@@ -475,6 +484,17 @@ class BaseArtifactStore(abc.ABC):
         key = self._key(thread, ref)
         return False if key is None else self._delete_one(thread, key)
 
+    def removed(self, thread: str, ref: str) -> str | None:
+        """Why an artifact the thread once held is gone (`REMOVED_BY_RETENTION` or
+        `REMOVED_BY_SIZE`), or None when it was never held here, was deleted on purpose, or
+        is too old to be remembered (`TOMBSTONE_SECONDS`)."""
+        key = self._key(thread, ref)
+        return None if key is None else self._removed_reason(thread, key)
+
+    def _removed_reason(self, thread: str, ref: str) -> str | None:
+        """Hook of `removed`: stores that remember evictions override it."""
+        return None
+
     def delete_thread(self, thread: str) -> int:
         """Remove all artifacts of a thread; returns how many."""
         return self._delete_all(check_thread(thread))
@@ -558,6 +578,10 @@ class BaseArtifactStore(abc.ABC):
     async def adelete(self, thread: str, ref: str) -> bool:
         """Async `delete`."""
         return await self._call(self.delete, thread, ref)
+
+    async def aremoved(self, thread: str, ref: str) -> str | None:
+        """Async `removed`."""
+        return await self._call(self.removed, thread, ref)
 
     async def adelete_thread(self, thread: str) -> int:
         """Async `delete_thread`."""

@@ -7,6 +7,7 @@ import itertools
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -15,6 +16,8 @@ from cachepilot.artifacts.base import (
     DEFAULT_MAX_BYTES_PER_THREAD,
     DEFAULT_MAX_TOTAL_BYTES,
     DEFAULT_RETENTION_SECONDS,
+    REMOVED_BY_RETENTION,
+    REMOVED_BY_SIZE,
     Artifact,
     ArtifactInfo,
     BaseArtifactStore,
@@ -29,6 +32,8 @@ from cachepilot.artifacts.base import (
 __all__ = ["InMemoryArtifactStore"]
 
 logger = logging.getLogger(__name__)
+
+_MAX_TOMBSTONES_PER_THREAD = 10_000
 
 
 @dataclass(slots=True)
@@ -94,6 +99,7 @@ class InMemoryArtifactStore(BaseArtifactStore):
         self._thread_bytes: dict[str, int] = {}
         self._total_bytes = 0
         self._seq = itertools.count()
+        self._tombstones: dict[str, OrderedDict[str, str]] = {}
 
     def __repr__(self) -> str:
         return f"InMemoryArtifactStore(limits={self.limits!r})"
@@ -114,6 +120,7 @@ class InMemoryArtifactStore(BaseArtifactStore):
                 check_same_content(enc, entry.sha256)
                 entry.last_access = max(entry.last_access, now)
                 return None
+            self._tombstones.get(thread, OrderedDict()).pop(enc.ref, None)
             entries[enc.ref] = _Entry(
                 ref=enc.ref,
                 sha256=enc.sha256,
@@ -155,8 +162,13 @@ class InMemoryArtifactStore(BaseArtifactStore):
         with self._lock:
             return self._remove_locked(thread, ref)
 
+    def _removed_reason(self, thread: str, ref: str) -> str | None:
+        with self._lock:
+            return self._tombstones.get(thread, OrderedDict()).get(ref)
+
     def _delete_all(self, thread: str) -> int:
         with self._lock:
+            self._tombstones.pop(thread, None)
             entries = self._threads.pop(thread, {})
             self._total_bytes -= self._thread_bytes.pop(thread, 0)
             return len(entries)
@@ -175,14 +187,20 @@ class InMemoryArtifactStore(BaseArtifactStore):
         with self._lock:
             self._threads.clear()
             self._thread_bytes.clear()
+            self._tombstones.clear()
             self._total_bytes = 0
 
     # -- internals (call with the lock held) -------------------------------------------------
 
-    def _remove_locked(self, thread: str, ref: str) -> bool:
+    def _remove_locked(self, thread: str, ref: str, reason: str | None = None) -> bool:
         entries = self._threads.get(thread)
         if entries is None or ref not in entries:
             return False
+        if reason is not None:  # remembered, so a recall can say why it is gone
+            tombstones = self._tombstones.setdefault(thread, OrderedDict())
+            tombstones[ref] = reason
+            while len(tombstones) > _MAX_TOMBSTONES_PER_THREAD:
+                tombstones.popitem(last=False)
         size = len(entries.pop(ref).data)
         self._total_bytes -= size
         self._thread_bytes[thread] -= size
@@ -203,7 +221,7 @@ class InMemoryArtifactStore(BaseArtifactStore):
                 if entry.last_access < cutoff
             ]
             for thread, ref in expired:
-                removed += self._remove_locked(thread, ref)
+                removed += self._remove_locked(thread, ref, REMOVED_BY_RETENTION)
         return removed + self._enforce_caps_locked(keep)
 
     def _enforce_caps_locked(self, keep: Iterable[tuple[str, str]]) -> int:
@@ -219,7 +237,7 @@ class InMemoryArtifactStore(BaseArtifactStore):
                 for entry in candidates:
                     if self._thread_bytes.get(thread, 0) <= cap:
                         break
-                    removed += self._remove_locked(thread, entry.ref)
+                    removed += self._remove_locked(thread, entry.ref, REMOVED_BY_SIZE)
         total_cap = self.limits.max_total_bytes
         if total_cap is not None and self._total_bytes > total_cap:
             candidates_all = sorted(
@@ -233,7 +251,7 @@ class InMemoryArtifactStore(BaseArtifactStore):
             for _key, thread, ref in candidates_all:
                 if self._total_bytes <= total_cap:
                     break
-                removed += self._remove_locked(thread, ref)
+                removed += self._remove_locked(thread, ref, REMOVED_BY_SIZE)
         if removed:
             logger.debug("evicted %d artifacts to respect size caps", removed)
         return removed

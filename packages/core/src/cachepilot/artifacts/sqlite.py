@@ -19,6 +19,9 @@ from cachepilot.artifacts.base import (
     DEFAULT_MAX_BYTES_PER_THREAD,
     DEFAULT_MAX_TOTAL_BYTES,
     DEFAULT_RETENTION_SECONDS,
+    REMOVED_BY_RETENTION,
+    REMOVED_BY_SIZE,
+    TOMBSTONE_SECONDS,
     Artifact,
     ArtifactInfo,
     BaseArtifactStore,
@@ -84,6 +87,18 @@ _SCHEMA_V1 = (
     END
     """,
 )
+
+# Why artifacts are gone (retention, size caps), so a recall can say so. Added without a schema
+# version bump: older versions ignore the table.
+_TOMBSTONES = """
+    CREATE TABLE IF NOT EXISTS removed (
+        thread TEXT NOT NULL,
+        ref    TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        at     REAL NOT NULL,
+        PRIMARY KEY (thread, ref)
+    ) WITHOUT ROWID
+"""
 
 _INFO_COLUMNS = (
     "ref, thread, is_text, media_type, meta, created_at, last_access, access_count, size, sha256"
@@ -233,7 +248,8 @@ class SQLiteArtifactStore(BaseArtifactStore):
                     enc.data,
                 ),
             )
-            evicted += self._enforce_caps(conn, [thread], keep_rowid=cursor.lastrowid)
+            conn.execute("DELETE FROM removed WHERE thread = ? AND ref = ?", (thread, enc.ref))
+            evicted += self._enforce_caps(conn, [thread], keep_rowid=cursor.lastrowid, now=now)
         return evicted
 
     def _fetch(self, thread: str, ref: str) -> Artifact | None:
@@ -269,8 +285,16 @@ class SQLiteArtifactStore(BaseArtifactStore):
             )
             return cursor.rowcount > 0
 
+    def _removed_reason(self, thread: str, ref: str) -> str | None:
+        with self._connection() as conn:
+            row = conn.execute(
+                "SELECT reason FROM removed WHERE thread = ? AND ref = ?", (thread, ref)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
     def _delete_all(self, thread: str) -> int:
         with self._connection() as conn:
+            conn.execute("DELETE FROM removed WHERE thread = ?", (thread,))
             removed = conn.execute("DELETE FROM artifacts WHERE thread = ?", (thread,)).rowcount
         if removed:
             self._vacuum()
@@ -290,7 +314,7 @@ class SQLiteArtifactStore(BaseArtifactStore):
                         "SELECT thread FROM thread_usage WHERE bytes > ?", (cap,)
                     ).fetchall()
                 ]
-            removed += self._enforce_caps(conn, threads, keep_rowid=None)
+            removed += self._enforce_caps(conn, threads, keep_rowid=None, now=current)
         if removed:
             logger.info("pruned %d artifacts from %s", removed, self.path)
             self._vacuum()
@@ -421,6 +445,7 @@ class SQLiteArtifactStore(BaseArtifactStore):
             mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
             if mode != "wal":
                 logger.warning("%s: journal_mode is %s, not wal", self.path, mode)
+            conn.execute(_TOMBSTONES)
             if version == SCHEMA_VERSION:
                 return
             conn.execute("BEGIN IMMEDIATE")
@@ -439,13 +464,24 @@ class SQLiteArtifactStore(BaseArtifactStore):
 
     def _delete_expired(self, conn: sqlite3.Connection, now: float) -> int:
         retention = self.limits.retention_seconds
+        forget = now - max(retention or 0.0, TOMBSTONE_SECONDS)
+        conn.execute("DELETE FROM removed WHERE at < ?", (forget,))
         if retention is None:
             return 0
+        conn.execute(
+            "INSERT OR REPLACE INTO removed (thread, ref, reason, at) "
+            "SELECT thread, ref, ?, ? FROM artifacts WHERE last_access < ?",
+            (REMOVED_BY_RETENTION, now, now - retention),
+        )
         cursor = conn.execute("DELETE FROM artifacts WHERE last_access < ?", (now - retention,))
         return max(cursor.rowcount, 0)
 
     def _enforce_caps(
-        self, conn: sqlite3.Connection, threads: builtins.list[str], keep_rowid: int | None
+        self,
+        conn: sqlite3.Connection,
+        threads: builtins.list[str],
+        keep_rowid: int | None,
+        now: float,
     ) -> int:
         removed = 0
         cap = self.limits.max_bytes_per_thread
@@ -462,6 +498,7 @@ class SQLiteArtifactStore(BaseArtifactStore):
                         "ORDER BY last_access, created_at, rowid",
                         (thread,),
                         keep_rowid,
+                        now=now,
                     )
         total_cap = self.limits.max_total_bytes
         if total_cap is not None:
@@ -475,6 +512,7 @@ class SQLiteArtifactStore(BaseArtifactStore):
                     "SELECT rowid, size FROM artifacts ORDER BY last_access, created_at, rowid",
                     (),
                     keep_rowid,
+                    now=now,
                 )
         if removed:
             logger.debug("evicted %d artifacts to respect size caps", removed)
@@ -487,6 +525,8 @@ class SQLiteArtifactStore(BaseArtifactStore):
         query: str,
         params: tuple[str, ...],
         keep_rowid: int | None,
+        *,
+        now: float,
     ) -> int:
         victims: builtins.list[tuple[int]] = []
         cursor = conn.execute(query, params)
@@ -500,6 +540,11 @@ class SQLiteArtifactStore(BaseArtifactStore):
                     break
         finally:
             cursor.close()
+        conn.executemany(
+            "INSERT OR REPLACE INTO removed (thread, ref, reason, at) "
+            "SELECT thread, ref, ?, ? FROM artifacts WHERE rowid = ?",
+            [(REMOVED_BY_SIZE, now, rowid) for (rowid,) in victims],
+        )
         conn.executemany("DELETE FROM artifacts WHERE rowid = ?", victims)
         return len(victims)
 

@@ -37,7 +37,7 @@ from cachepilot.audit.sources import (
     load_calls,
 )
 from cachepilot.audit.threads import Thread, group_threads
-from cachepilot.audit.wire import ParsedBody, detect_api, parse_body, parse_response
+from cachepilot.wire import ParsedBody, detect_api, parse_body, parse_response
 
 __all__ = [
     "AuditReport",

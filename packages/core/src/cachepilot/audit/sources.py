@@ -7,7 +7,9 @@ A **request log** holds one JSON object per line, either a bare request body or 
 A **cassette** is vcrpy's `{"interactions": [{"request": {...}, "response": {...}}]}`; only
 POSTs to a model endpoint (`/chat/completions`, `/responses`, `/messages`) are calls, their
 responses may be JSON, gzip/deflate-compressed or event streams, and the response `Date`
-header gives the call time (whole seconds).
+header gives the call time (whole seconds). Compressed bodies are inflated within limits
+(`cachepilot.audit.inflate`: 32 MiB, 100× the compressed size); a body past them is skipped
+with a warning naming it.
 
 Bad lines and interactions are skipped with one warning each; a file with no call at all
 raises `ValueError`.
@@ -16,7 +18,6 @@ raises `ValueError`.
 from __future__ import annotations
 
 import email.utils
-import gzip
 import importlib
 import json
 import logging
@@ -28,11 +29,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cachepilot.audit.wire import Api, api_from_path, parse_body, parse_response
+from cachepilot.audit.inflate import BodyTooLargeError, inflate
 from cachepilot.messages import Message
 from cachepilot.sim.render import Request
 from cachepilot.traces._common import iso_to_unix
 from cachepilot.usage import Usage
+from cachepilot.wire import Api, api_from_path, parse_body, parse_response
 
 __all__ = [
     "LoggedCall",
@@ -118,7 +120,7 @@ def _call(
     info = parse_response(response, parsed.api) if response is not None else None
     recorded = None
     if usage is not None:
-        from cachepilot.audit.wire import parse_usage
+        from cachepilot.wire import parse_usage
 
         recorded = parse_usage(usage, parsed.api)
     if recorded is None and info is not None:
@@ -189,7 +191,8 @@ def _header(headers: Any, name: str) -> str | None:
     return None
 
 
-def _decode(data: Any, encoding: str | None) -> str | None:
+def _decode(data: Any, encoding: str | None, where: str = "a body") -> str | None:
+    """The text of a recorded body; compressed bodies are inflated within bounded limits."""
     if data is None:
         return None
     if isinstance(data, Mapping):  # vcrpy response bodies: {"string": ...}
@@ -200,14 +203,19 @@ def _decode(data: Any, encoding: str | None) -> str | None:
         return None
     raw = bytes(data)
     encoding = (encoding or "").lower()
-    try:
-        if "gzip" in encoding or raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        elif "deflate" in encoding:
-            raw = zlib.decompress(raw)
-    except (OSError, zlib.error):
-        logger.debug("could not decompress a body (%s)", encoding)
-        return None
+    method = (
+        "gzip" if "gzip" in encoding or raw[:2] == b"\x1f\x8b" else
+        "deflate" if "deflate" in encoding else None
+    )  # fmt: skip
+    if method is not None:
+        try:
+            raw = inflate(raw, method)
+        except BodyTooLargeError as exc:
+            logger.warning("%s body skipped (%s): %s", where, method, exc)
+            return None
+        except zlib.error:
+            logger.warning("%s body skipped (%s): not valid compressed data", where, method)
+            return None
     return raw.decode("utf-8", "replace")
 
 
@@ -228,8 +236,12 @@ def calls_from_interactions(
         api = api_from_path(path)
         if method != "POST" or api is None or path.rstrip("/").endswith("/count_tokens"):
             continue
-        text = _decode(request.get("body"), _header(request.get("headers"), "content-encoding"))
         source = f"{label} {n}"
+        text = _decode(
+            request.get("body"),
+            _header(request.get("headers"), "content-encoding"),
+            f"{source}: request",
+        )
         if not text:
             logger.warning("%s: empty request body; skipped", source)
             continue
@@ -242,7 +254,9 @@ def calls_from_interactions(
         timestamp = None
         if response is not None:
             headers = response.get("headers")
-            response_text = _decode(response.get("body"), _header(headers, "content-encoding"))
+            response_text = _decode(
+                response.get("body"), _header(headers, "content-encoding"), f"{source}: response"
+            )
             date = _header(headers, "date")
             if date:
                 try:

@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cachepilot.audit.sources import LoggedCall
-from cachepilot.audit.wire import STRONG_KEYS
 from cachepilot.canonical import canonicalize_text
 from cachepilot.diagnose import message_text
 from cachepilot.messages import Message, content_hash
 from cachepilot.sim.render import Request
+from cachepilot.wire import STRONG_KEYS
 
 __all__ = ["Thread", "group_threads"]
 

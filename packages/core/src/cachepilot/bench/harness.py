@@ -18,7 +18,13 @@ from typing import Literal
 
 from cachepilot.bench.fidelity import FactIndex, view_text
 from cachepilot.bench.registry import make_strategy, validate_names
-from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext, Strategy
+from cachepilot.bench.strategy import (
+    CallContext,
+    ClientMarks,
+    PreparedCall,
+    SessionContext,
+    Strategy,
+)
 from cachepilot.messages import Message, TextPart, ToolCall, pairing_issues
 from cachepilot.pricing import Price, cost
 from cachepilot.sim import DEFAULT_PROFILE, CacheSimulator, Request, get_profile, render_request
@@ -63,6 +69,10 @@ class BenchConfig:
     """Usable input window in tokens; None takes the provider profile's."""
     workers: int = 0
     """Processes for the replay; 0 picks min(cores, sessions)."""
+    client_marks: ClientMarks = "default"
+    """On an explicit-breakpoint provider (Anthropic), what the agent marks itself: `default`
+    (the profile's default: tools + system and the last message) or `none`. Strategies that
+    place their own marks add them to these."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("isolated", "continuous"):
@@ -73,6 +83,8 @@ class BenchConfig:
             raise ValueError("context_window must be >= 1000 tokens")
         if self.workers < 0:
             raise ValueError("workers must be >= 0")
+        if self.client_marks not in ("default", "none"):
+            raise ValueError(f"client_marks must be 'default' or 'none', not {self.client_marks!r}")
         get_profile(self.provider)  # fails fast on an unknown profile
 
 
@@ -214,6 +226,22 @@ def _round_trip_request(view: PreparedCall, source: Message, can_recall: bool) -
     return Request(system=view.system, messages=messages, tools=view.tools)
 
 
+def _round_trip_marks(
+    view: PreparedCall, client_marks: tuple[int, ...] | None
+) -> tuple[int, ...] | None:
+    """Cache marks of the round trip after `view`: a strategy that marks its own requests
+    marks this one too (its last mark moves to the round trip's end, two messages on)."""
+    if view.cache_breakpoints is None:
+        return client_marks
+    marks = sorted(set(view.cache_breakpoints))
+    end = len(view.messages) + 1
+    if marks and marks[-1] == len(view.messages) - 1:
+        marks[-1] = end
+    elif len(marks) < 4:
+        marks.append(end)
+    return tuple(marks)
+
+
 def run_session(
     session: Session,
     strategy: Strategy,
@@ -251,12 +279,18 @@ def run_session(
                 context_window=window,
                 counter=counter,
                 trace_peak_tokens=peak_tokens,
+                provider=config.provider,
+                hidden_prefix_tokens=hidden,
+                client_marks=config.client_marks,
             )
         )
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
         logger.warning("strategy %s failed to start on %s: %s", strategy.name, session.id, exc)
         return result
+    # The agent's own marks on requests a strategy does not mark itself: None lets the
+    # simulator apply the profile's default; () is a request without marks.
+    client_marks: tuple[int, ...] | None = None if config.client_marks == "default" else ()
     per_call_system = session.meta.get("system_per_call")
     archive: list[str] = []
     last_view: PreparedCall | None = None
@@ -291,13 +325,25 @@ def run_session(
         archive.extend(view.archived)
         for extra in view.extra_calls:
             usage = sim.submit(
-                Request(system=extra.system, messages=extra.messages, timestamp=stamp),
+                Request(
+                    system=extra.system,
+                    messages=extra.messages,
+                    timestamp=stamp,
+                    cache_breakpoints=client_marks,
+                ),
                 output_tokens=extra.output_tokens,
             )
             result.calls.append(_priced(call_number, "extra", usage, sim, profile.price, False))
         output_tokens = counter.count_message(message)
+        marks = client_marks if view.cache_breakpoints is None else tuple(view.cache_breakpoints)
         usage = sim.submit(
-            Request(system=view.system, messages=view.messages, tools=view.tools, timestamp=stamp),
+            Request(
+                system=view.system,
+                messages=view.messages,
+                tools=view.tools,
+                timestamp=stamp,
+                cache_breakpoints=marks,
+            ),
             output_tokens=output_tokens,
         )
         needed = facts.needed_at(index)
@@ -328,6 +374,7 @@ def run_session(
         last_view = view
         if lost_source is not None:
             request = _round_trip_request(view, body[lost_source], strategy.can_recall)
+            request = replace(request, cache_breakpoints=_round_trip_marks(view, client_marks))
             usage = sim.submit(request, output_tokens=ROUND_TRIP_OUTPUT_TOKENS)
             result.calls.append(
                 _priced(call_number, "round_trip", usage, sim, profile.price, False)

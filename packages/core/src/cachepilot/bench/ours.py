@@ -25,6 +25,7 @@ from cachepilot.compress import (
 from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import Message
 from cachepilot.pilot import CachePilot, Config
+from cachepilot.sim import get_profile
 
 LOGICAL_STEP_SECONDS = 10.0
 
@@ -51,9 +52,11 @@ class CachePilotStrategy(StatefulStrategy):
         self._calls: dict[str, tuple[str, str]] = {}
         self._stats: dict[str, float] = {}
         self._now = -LOGICAL_STEP_SECONDS
+        self._explicit_marks = False
 
     def start(self, session: SessionContext) -> None:
         super().start(session)
+        self._explicit_marks = get_profile(session.provider).kind == "anthropic"
         self.pilot = self._make_pilot()
         self._calls = {}
         self._stats = {}
@@ -61,7 +64,13 @@ class CachePilotStrategy(StatefulStrategy):
 
     def _make_pilot(self) -> CachePilot:
         """A fresh pilot for a session (subclasses add components)."""
-        return CachePilot(self.config, store=InMemoryArtifactStore())
+        return CachePilot(self._session_config(), store=InMemoryArtifactStore())
+
+    def _session_config(self) -> Config:
+        """The config with the session's provider (its prices and TTL drive the cost model)."""
+        if self.session is None or self.session.provider == self.config.provider:
+            return self.config
+        return self.config.model_copy(update={"provider": self.session.provider})
 
     def _clock(self, timestamp: float | None) -> float:
         # Calls without a time follow the previous one by 10 s, as in the simulator.
@@ -129,12 +138,26 @@ class CachePilotStrategy(StatefulStrategy):
                     archived.append(found.text)
             self._count("maintenance_epochs", 1)
             self._count("maintenance_edits", len(state.plan.epochs[-1].edits))
+        marks: list[int] | None = None
+        if self._explicit_marks:
+            # The agent's own marks stay; cachepilot adds its own in the slots left.
+            client = self.ctx.client_breakpoints(len(messages))
+            added = self.pilot.cache_breakpoints(
+                system,
+                messages,
+                tools,
+                self.ctx.session_id,
+                client=client,
+                hidden_prefix_tokens=self.ctx.hidden_prefix_tokens,
+            )
+            marks = sorted({*client, *added})
         return PreparedCall(
             system=system,
             messages=messages,
             tools=tools,
             archived=tuple(archived),
             maintenance=maintenance,
+            cache_breakpoints=marks,
         )
 
 
@@ -200,7 +223,9 @@ class CachePilotLLM(CachePilotStrategy):
             config=self.compressor_config,
             on_call=self._pending.append,
         )
-        return CachePilot(self.config, store=InMemoryArtifactStore(), compressor=compressor)
+        return CachePilot(
+            self._session_config(), store=InMemoryArtifactStore(), compressor=compressor
+        )
 
     def prepare(self, call: CallContext) -> PreparedCall:
         prepared = super().prepare(call)

@@ -31,7 +31,19 @@ _TARGETS: dict[str, str] = {
     "cachepilot-no-evict": "cachepilot.bench.ours:CachePilotNoEvict",
     "cachepilot-no-schedule": "cachepilot.bench.ours:CachePilotNoSchedule",
     "cachepilot-llm": "cachepilot.bench.ours:CachePilotLLM",
+    "headroom": "cachepilot.bench.peers.headroom:Headroom",
 }
+
+_INSTALL_HINTS: dict[str, str] = {
+    # Headroom pulls litellm and more: it stays out of the workspace and runs in an
+    # environment layered on it for the bench run.
+    "headroom": (
+        "Headroom is not installed in this environment; run the bench where it is, e.g. "
+        "uv run --with 'headroom-ai[langchain]==0.42.0' cachepilot bench TRACES "
+        "--strategy headroom (or: pip install 'headroom-ai[langchain]')"
+    ),
+}
+_DEFAULT_HINT = "install it with: pip install 'cachepilot[bench]'"
 
 PEER_STRATEGIES: tuple[str, ...] = (
     "keep-last-n",
@@ -50,8 +62,9 @@ OUR_STRATEGIES: tuple[str, ...] = (
 )
 ALL_STRATEGIES: tuple[str, ...] = ("vanilla", *PEER_STRATEGIES, *OUR_STRATEGIES)
 """Every strategy `cachepilot bench` runs when none is named, in report order."""
-OPTIONAL_STRATEGIES: tuple[str, ...] = ("cachepilot-llm",)
-"""Strategies run only when named: options a user turns on (the observation compressor)."""
+OPTIONAL_STRATEGIES: tuple[str, ...] = ("cachepilot-llm", "headroom")
+"""Strategies run only when named: options a user turns on (the observation compressor) and
+peers whose code is not part of the workspace (Headroom)."""
 
 
 def available_strategies() -> list[str]:
@@ -75,9 +88,9 @@ def make_strategy(name: str) -> Strategy:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        hint = _INSTALL_HINTS.get(name, _DEFAULT_HINT)
         raise ValueError(
-            f"strategy {name!r} needs an optional dependency ({exc.name or exc}); "
-            "install it with: pip install 'cachepilot[bench]'"
+            f"strategy {name!r} needs an optional dependency ({exc.name or exc}); {hint}"
         ) from exc
     strategy = getattr(module, attr)()
     if not isinstance(strategy, Strategy):

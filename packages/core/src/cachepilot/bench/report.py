@@ -100,6 +100,7 @@ def summarize(
         "sessions": len({r.session_id for r in results}),
         "calls": calls,
         "encoding": config.encoding,
+        "client_marks": config.client_marks,
         "strategies": strategies,
         "per_source": sources,
     }
@@ -136,7 +137,8 @@ def format_table(doc: dict[str, Any]) -> str:
     )
     lines = [
         f"provider {doc['provider']} · mode {doc['mode']} · {doc['traces']} traces · "
-        f"{doc['sessions']} sessions · {doc['calls']} calls",
+        f"{doc['sessions']} sessions · {doc['calls']} calls"
+        + (" · agent's own cache marks: none" if doc.get("client_marks") == "none" else ""),
         header,
         "-" * len(header),
     ]

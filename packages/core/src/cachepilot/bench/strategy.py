@@ -11,13 +11,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 from cachepilot.messages import Message
+from cachepilot.sim import DEFAULT_PROFILE, get_profile
 from cachepilot.tokens import TokenCounter
 
 __all__ = [
     "CallContext",
+    "ClientMarks",
     "ExtraCall",
     "PreparedCall",
     "SessionContext",
@@ -25,6 +27,10 @@ __all__ = [
     "Strategy",
     "StrategyFactory",
 ]
+
+ClientMarks: TypeAlias = Literal["default", "none"]
+"""`default`: the agent marks like the profile's default (Anthropic: tools + system and the
+last message, as Claude Code does); `none`: the agent sets no cache marks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +48,23 @@ class SessionContext:
     """Shared token counter (use it; it is memoised)."""
     trace_peak_tokens: int = 0
     """Tokens of the largest full-history request (system, tools, messages; no hidden prefix)."""
+    provider: str = DEFAULT_PROFILE
+    """The simulated provider profile."""
+    hidden_prefix_tokens: int = 0
+    """Tokens the provider sees before the tools that the trace did not record."""
+    client_marks: ClientMarks = "default"
+    """What the agent marks itself on an explicit-breakpoint provider (see
+    `BenchConfig.client_marks`)."""
+
+    def client_breakpoints(self, messages: int) -> tuple[int, ...]:
+        """The agent's own cache marks on a request of `messages` messages (message indices,
+        -1 for tools + system): the profile's default, or none."""
+        profile = get_profile(self.provider)
+        if self.client_marks == "none" or profile.match != "breakpoints" or not messages:
+            return ()
+        if profile.default_breakpoints == "end":
+            return (messages - 1,)
+        return (-1, messages - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +107,10 @@ class PreparedCall:
     """Originals the strategy archived since its previous call (recallable later)."""
     maintenance: bool = False
     """True when the strategy deliberately rewrote already-sent history at this call."""
+    cache_breakpoints: Sequence[int] | None = None
+    """Explicit cache marks of the request (message indices, -1 for tools + system), the
+    agent's own included, on an explicit-breakpoint provider; None: the agent's own only
+    (`SessionContext.client_breakpoints`)."""
 
 
 class Strategy(ABC):

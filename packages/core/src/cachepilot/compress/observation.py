@@ -33,6 +33,7 @@ from cachepilot.artifacts import ArtifactStore
 from cachepilot.compress.chat import ChatModel
 from cachepilot.compress.guideline import Guideline, guideline_digest, guideline_text
 from cachepilot.messages import Message
+from cachepilot.redact import redact
 from cachepilot.reduce import IngestMemory, ReduceConfig, ToolResult, source_key
 from cachepilot.reduce.memory import canonical_args
 from cachepilot.refs import make_ref
@@ -419,7 +420,9 @@ class ObservationCompressor:
         prompt: str,
         answer: object,
     ) -> Compressed | None:
-        text = answer.strip() if isinstance(answer, str) else ""
+        # The answer is text cachepilot writes (into the view and the archive's metadata):
+        # credential shapes the model copied from the output are replaced.
+        text = redact(answer.strip()) if isinstance(answer, str) else ""
         with self._lock:
             self.calls += 1
         if self.on_call is not None:
@@ -458,7 +461,7 @@ class ObservationCompressor:
             "observation compressor failed on tool %r (%s: %s); the rule passes apply%s",
             tool_name,
             type(exc).__name__,
-            str(exc)[:200],
+            redact(str(exc)[:200]),
             "" if not first else " (further failures are logged at DEBUG)",
         )
         if rest:

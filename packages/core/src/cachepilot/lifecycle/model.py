@@ -17,9 +17,9 @@ A later *reference* to a completed unit does not reopen it: it only keeps it `co
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 __all__ = [
     "TRANSITIONS",
@@ -82,7 +82,40 @@ class InvalidTransition(ValueError):  # noqa: N818 (public API name)
 EffectOp = Literal["read", "edit", "write", "run"]
 
 
-class Effect(BaseModel):
+class _Compact(BaseModel):
+    """Serializes without the fields that hold their default (loading restores them): the
+    registry is saved with every call, so each record stays as short as its content."""
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if not isinstance(data, dict):
+            return data
+        defaults = _defaults(type(self))
+        return {
+            name: value
+            for name, value in data.items()
+            if name not in defaults or value != defaults[name]
+        }
+
+
+_DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
+
+
+def _defaults(cls: type[BaseModel]) -> dict[str, Any]:
+    """The default of every optional field of `cls` (computed once per class)."""
+    found = _DEFAULTS.get(cls)
+    if found is None:
+        found = {
+            name: info.get_default(call_default_factory=True)
+            for name, info in cls.model_fields.items()
+            if not info.is_required()
+        }
+        _DEFAULTS[cls] = found
+    return found
+
+
+class Effect(_Compact):
     """What one tool call did to one resource (used to detect supersession).
 
     `read` a file (whole when `span` is empty, else one range), `edit` it in place, `write` it
@@ -103,7 +136,7 @@ class Effect(BaseModel):
     """Tool-call id, kept only while the unit waits for that call's result."""
 
 
-class Segment(BaseModel):
+class Segment(_Compact):
     """A task or a work unit: a set of whole messages, addressed by their stable keys."""
 
     model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)

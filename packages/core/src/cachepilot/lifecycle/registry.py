@@ -36,6 +36,7 @@ from cachepilot.lifecycle.resources import (
     same_path,
 )
 from cachepilot.messages import Message, message_keys
+from cachepilot.redact import redact
 
 if TYPE_CHECKING:
     from cachepilot.lifecycle.rules import Estimator
@@ -138,6 +139,15 @@ class LifecycleRegistry(BaseModel):
     """Also count a later mention of an identifier a unit's *output* produced (an id, a date,
     a flight number) as a reference to the unit. These lookups live in the private index
     (rebuilt from the transcript after loading), not in the JSON."""
+    last_key: str | None = None
+    """Key of the last message observed: where observation resumes once segments were
+    settled (see `compact`)."""
+    settled_units: int = 0
+    """Units dropped by `compact` (their results stubbed or folded)."""
+    settled_tasks: int = 0
+    """Finished tasks dropped by `compact` (folded whole)."""
+    settled_task_calls: int = 0
+    """Model calls those tasks ran, summed (the mean task length stays known)."""
 
     _index: _Index | None = PrivateAttr(default=None)
     _continue_re: list[re.Pattern[str]] | None = PrivateAttr(default=None)
@@ -388,17 +398,117 @@ class LifecycleRegistry(BaseModel):
         if not idx.outputs_ready:
             self._backfill_outputs(messages, keys)
         start = 0
-        if idx.cursor is not None:
-            pos, key = idx.cursor
-            if pos < len(keys) and keys[pos] == key:
-                start = pos + 1
+        if (
+            idx.cursor is not None
+            and idx.cursor[0] < len(keys)
+            and keys[idx.cursor[0]] == idx.cursor[1]
+        ):
+            start = idx.cursor[0] + 1
+        elif self.settled_units or self.settled_tasks:
+            # Settled segments were dropped, so their keys are unknown: everything up to the
+            # last message known (observed last, or in a live segment) was observed already.
+            start = self._resume_at(keys)
         for pos in range(start, len(messages)):
             key = keys[pos]
             if key in idx.seen:
                 continue
             self._observe_one(messages[pos], key)
+            self.last_key = key
         if keys:
             idx.cursor = (len(keys) - 1, keys[-1])
+
+    def _resume_at(self, keys: Sequence[str]) -> int:
+        """Position after the last key observed before (0 when none is in `keys`)."""
+        seen = self._idx().seen
+        for pos in range(len(keys) - 1, -1, -1):
+            if keys[pos] == self.last_key or keys[pos] in seen:
+                return pos + 1
+        return 0
+
+    # --- compaction ------------------------------------------------------------------------
+
+    def compact(self, folded: Iterable[str], stubbed: Iterable[str] = ()) -> int:
+        """Drop the segments that can never matter again; returns how many were dropped.
+
+        `folded` holds the keys of messages inside folds the view applies, `stubbed` those of
+        tool results the plan replaced by stubs. A unit whose results are all folded or
+        stubbed (no later edit can concern it: the view shows none of its output), and a
+        task (not the current one) whose messages are all folded are dropped with their
+        lookups, so the registry stays as large as the live work; a task whose other units
+        are all evictable counts as finished work. Counters keep what the estimators still
+        use (how long finished tasks ran); observation resumes after the last message
+        observed.
+        """
+        gone = set(folded)
+        done = gone.union(stubbed)
+        if not done:
+            return 0
+        idx = self._idx()
+        dropped: set[str] = set()
+        for unit_id in idx.units:
+            unit = self.segments[unit_id]
+            results = unit.keys[1:]
+            if all(key in gone for key in unit.keys) or (
+                not unit.pending
+                and (results or unit.state is SegmentState.EVICTABLE)
+                and all(key in done for key in results)
+            ):
+                dropped.add(unit_id)
+        for task_id in idx.tasks:
+            task = self.segments[task_id]
+            if task_id != self.current_task and all(key in gone for key in task.keys):
+                dropped.add(task_id)
+                self.settled_tasks += 1
+                if task.ended_at_call is not None:
+                    self.settled_task_calls += task.ended_at_call - task.created_at_call
+        if not dropped:
+            return 0
+        self.settled_units += sum(1 for seg_id in dropped if seg_id.startswith("unit:"))
+        unit_keys = {
+            key
+            for seg_id in dropped
+            if seg_id.startswith("unit:")
+            for key in self.segments[seg_id].keys
+        }
+        for seg_id in dropped:
+            del self.segments[seg_id]
+        for task_id in idx.tasks:
+            kept = self.segments.get(task_id)
+            if kept is not None and unit_keys.intersection(kept.keys[1:]):
+                # The first key stays: it names where the task starts (finished-task folds).
+                kept.keys[1:] = [key for key in kept.keys[1:] if key not in unit_keys]
+        self._forget(dropped)
+        self._transitions += 1
+        return len(dropped)
+
+    def finished_task_calls(self) -> tuple[int, int]:
+        """(model calls, tasks) over every task a later user turn ended, settled ones too."""
+        lengths = [
+            t.ended_at_call - t.created_at_call for t in self.tasks() if t.ended_at_call is not None
+        ]
+        return sum(lengths) + self.settled_task_calls, len(lengths) + self.settled_tasks
+
+    def _forget(self, dropped: set[str]) -> None:
+        """Remove dropped segments from the private lookups (their keys stay `seen`)."""
+        idx = self._idx()
+        idx.units = [u for u in idx.units if u not in dropped]
+        idx.tasks = [t for t in idx.tasks if t not in dropped]
+        for seg_id in dropped:
+            idx.alive.pop(seg_id, None)
+        idx.by_key = {k: v for k, v in idx.by_key.items() if v not in dropped}
+        for table in (idx.files, idx.runs):
+            for slot in list(table):
+                kept = [(u, i) for u, i in table[slot] if u not in dropped]
+                if kept:
+                    table[slot] = kept
+                else:
+                    del table[slot]
+        for token in list(idx.refs):
+            holders = idx.refs[token] - dropped
+            if holders:
+                idx.refs[token] = holders
+            else:
+                del idx.refs[token]
 
     def _observe_one(self, message: Message, key: str) -> None:
         idx = self._idx()
@@ -437,7 +547,7 @@ class LifecycleRegistry(BaseModel):
                 id=f"task:{self.tasks_started}",
                 kind="task",
                 created_at_call=ordinal,
-                label=first[:_MAX_TASK_LABEL],
+                label=redact(first[: 4 * _MAX_TASK_LABEL])[:_MAX_TASK_LABEL],
             )
             self.segments[task.id] = task
             idx.tasks.append(task.id)

@@ -19,6 +19,7 @@ from typing import Any
 
 from cachepilot.lifecycle.model import Effect, EffectOp
 from cachepilot.messages import Message, ReasoningPart, TextPart
+from cachepilot.redact import redact
 from cachepilot.reduce import classify_tool, coerce_args, source_key
 
 __all__ = [
@@ -307,9 +308,10 @@ def _arg_resources(args: Mapping[str, Any]) -> list[str]:
     for name in sorted(args):
         if name in _CONTENT_ARGS:
             continue
-        for text in _walk_strings(args[name]):
-            if len(text) > 300:
+        for raw_text in _walk_strings(args[name]):
+            if len(raw_text) > 300:
                 continue
+            text = redact(raw_text)  # resources are kept in state: no credential shapes
             if name in _FILE_ARGS or looks_like_path(text.strip()):
                 norm = normalize_path(text)
                 if norm is not None:
@@ -378,7 +380,7 @@ def _call_facts(name: str, args: dict[str, Any], open_file: str | None) -> CallF
             ),
             "",
         )
-        shell_effects, paths, shell_done = shell_facts(name, command)
+        shell_effects, paths, shell_done = shell_facts(name, redact(command))
         effects.extend(shell_effects)
         resources.extend(f"path:{p}" for p in paths)
         done = done or shell_done

@@ -21,11 +21,13 @@ Rules, evaluated on the facts `LifecycleRegistry.observe` recorded:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from cachepilot.lifecycle.model import LifecycleDelta, Segment, SegmentState
-from cachepilot.lifecycle.registry import LifecycleRegistry
 from cachepilot.messages import Message, message_keys
+
+if TYPE_CHECKING:
+    from cachepilot.lifecycle.registry import LifecycleRegistry
 
 __all__ = ["Estimator", "RuleEstimator"]
 

@@ -10,6 +10,7 @@ from types import MappingProxyType
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "ACTION_WEIGHTS",
     "INITIAL_STATUS",
     "TRANSITIONS",
     "Edge",
@@ -172,3 +173,18 @@ class Edge(BaseModel):
     src: str
     rel: Relation
     dst: str
+
+
+ACTION_WEIGHTS: dict[str, float] = {
+    "create": 3.0,
+    "edit": 3.0,
+    "delete": 2.0,
+    "run": 1.5,
+    "read": 1.2,
+    "error": 1.0,
+    "git": 0.6,
+    "use": 0.5,
+    "search": 0.4,
+    "mention": 0.3,
+}
+"""Evidence a file action adds to the file's weight."""

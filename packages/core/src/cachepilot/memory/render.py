@@ -14,12 +14,16 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cachepilot.memory import patterns
-from cachepilot.memory.model import ItemKind, MemoryItem, Relation, Status
-from cachepilot.memory.store import ACTION_WEIGHTS, SessionMemory
+from cachepilot.memory.model import ACTION_WEIGHTS, ItemKind, MemoryItem, Relation, Status
 from cachepilot.memory.tools import READ_PROGRAMS
+from cachepilot.redact import redact
 from cachepilot.tokens import TokenCounter, get_counter
+
+if TYPE_CHECKING:
+    from cachepilot.memory.store import SessionMemory
 
 __all__ = ["HEADER", "RESUME_TIERS", "SECTIONS", "project_root", "resume_block"]
 
@@ -406,8 +410,19 @@ def _candidates(memory: SessionMemory, budget: int | None) -> list[_Entry]:
         *_decision_entries(memory, lim),
         *_env_entries(memory, root),
     ]
+    # The block is cachepilot's text: credential shapes found in tool outputs and arguments
+    # are replaced before the budget is counted, so the block still fits it.
+    entries = [_redacted(e) for e in entries]
     entries.sort(key=lambda e: (-e.priority, _SECTION_INDEX[e.section], e.order, e.text))
     return entries
+
+
+def _redacted(entry: _Entry) -> _Entry:
+    text = redact(entry.text)
+    dedupe = redact(entry.dedupe) if entry.dedupe is not None else None
+    if text is entry.text and dedupe is entry.dedupe:
+        return entry
+    return _Entry(entry.section, entry.priority, entry.order, text, dedupe, entry.scope)
 
 
 class _Named:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from cachepilot.memory import outputs, patterns
 from cachepilot.memory.model import (
+    ACTION_WEIGHTS,
     INITIAL_STATUS,
     Edge,
     ItemKind,
@@ -34,25 +35,13 @@ from cachepilot.memory.tools import (
     command_key,
 )
 from cachepilot.messages import Message, message_keys
+from cachepilot.redact import redact
 from cachepilot.tokens import TokenCounter
 
 __all__ = ["ACTION_WEIGHTS", "CAP_SHARES", "PendingCall", "SessionMemory"]
 
 logger = logging.getLogger(__name__)
 
-ACTION_WEIGHTS: dict[str, float] = {
-    "create": 3.0,
-    "edit": 3.0,
-    "delete": 2.0,
-    "run": 1.5,
-    "read": 1.2,
-    "error": 1.0,
-    "git": 0.6,
-    "use": 0.5,
-    "search": 0.4,
-    "mention": 0.3,
-}
-"""Evidence a file action adds to the file's weight."""
 
 CAP_SHARES: dict[ItemKind, float] = {
     ItemKind.DECISION: 0.5,
@@ -67,6 +56,8 @@ CAP_SHARES: dict[ItemKind, float] = {
 _MAX_SEEN = 20_000
 _MAX_EDGES = 800
 _MAX_PENDING = 256
+_REDACT_WINDOW = 4_096
+"""Characters of an item's text searched for credentials before it is cut to size."""
 _TEXT_WINDOW = 32_000
 
 
@@ -250,8 +241,10 @@ class SessionMemory(BaseModel):
         group: str | None = None,
         call_id: str | None = None,
     ) -> MemoryItem:
-        key = patterns.scrub(key[:300])
-        text = patterns.scrub(text[:600])
+        # Credential shapes never enter the memory (it feeds resume blocks); redacted before
+        # the cut, so a cut cannot leave a recognisable part of one behind.
+        key = patterns.scrub(redact(key[:_REDACT_WINDOW])[:300])
+        text = patterns.scrub(redact(text[:_REDACT_WINDOW])[:600])
         group = patterns.scrub(group) if group else group
         call_id = patterns.scrub(call_id) if call_id else call_id
         iid = item_id(kind, key)

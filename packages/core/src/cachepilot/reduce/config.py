@@ -35,6 +35,8 @@ PASS_NAMES: tuple[str, ...] = (
     "loop_stub",
     "superseded_read",
     "duplicate",
+    "image_blocks",
+    "svg",
     "ansi",
     "progress",
     "whitespace",
@@ -54,6 +56,8 @@ STUB_OVERHEAD = 200
 """Most characters a pass may add to its input (stubs, notes, headers)."""
 
 FILE_READ_VERBATIM: tuple[str, ...] = (
+    "image_blocks",
+    "svg",
     "ansi",
     "progress",
     "whitespace",

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cachepilot.redact import redact
 from cachepilot.refs import is_ref
 
 __all__ = [
@@ -78,7 +79,8 @@ def _key_value(value: Any) -> str | None:
     if value is None:
         return None
     text = value if isinstance(value, str) else canonical_args({"v": value})[5:-1]
-    text = text.strip()
+    # Source keys are kept in state, stubs and labels: no credential shapes in them.
+    text = redact(text.strip())
     if not text:
         return None
     if len(text) > _MAX_KEY_VALUE:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachepilot.redact import redact
 from cachepilot.reduce.config import STUB_OVERHEAD, ReduceConfig
 from cachepilot.reduce.memory import IngestMemory, call_signature, coerce_args, source_key
 from cachepilot.reduce.normalize import ResultKind, ToolResult, normalize_output
@@ -16,7 +18,14 @@ from cachepilot.reduce.passes.size import head_tail_preview
 from cachepilot.reduce.stubs import NO_OUTPUT, blank_stub, compressed_note
 from cachepilot.refs import make_ref
 
-__all__ = ["COMPRESS_STEP", "Pipeline", "Reduction", "StepReport", "default_pipeline"]
+__all__ = [
+    "COMPRESS_STEP",
+    "REDACT_STEP",
+    "Pipeline",
+    "Reduction",
+    "StepReport",
+    "default_pipeline",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +35,8 @@ COMPRESS_STEP = "llm_compress"
 # stubs (a repeated output stays a pointer) and the cleanups, before the gate and the notes.
 _AFTER_COMPRESS = frozenset({"size_gate", "invalid_utf8", "loop_note", "hard_cap"})
 _POINTERS = frozenset({"binary", "image", "loop_stub", "superseded_read", "duplicate"})
+REDACT_STEP = "redact_secrets"
+"""Step name of credential redaction (`cachepilot.redact`) in a text the pipeline changed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +63,7 @@ class Reduction:
         reason: the names of those passes joined by `, ` (None when nothing changed).
         source: the call's `source_key` (the recall gate counts recalls per source).
         kind: the result kind from `normalize_output`.
+        loop_run, loop_same_output: the identical-call run this result extends.
     """
 
     text: str
@@ -61,6 +73,10 @@ class Reduction:
     reason: str | None = None
     source: str = ""
     kind: ResultKind = "text"
+    loop_run: int = 1
+    """Identical calls (same tool and arguments) in a row, this one included."""
+    loop_same_output: bool = False
+    """Every call of that run returned this same output."""
 
 
 class Pipeline:
@@ -109,6 +125,7 @@ class Pipeline:
         memory: IngestMemory | None = None,
         *,
         compressed: str | None = None,
+        memory_lock: contextlib.AbstractContextManager[Any] | None = None,
     ) -> Reduction:
         """Reduce one tool result and record it in `memory`. Total: never raises.
 
@@ -122,6 +139,9 @@ class Pipeline:
                 replaces the text before the size gate (step `llm_compress`, with a recall
                 note) unless a pointer stub fired, the recall gate is open, or the rules
                 already made the text shorter.
+            memory_lock: held while `memory` is read and while it is updated, not while the
+                passes run (they work on this call's text only), so a long output never keeps
+                other callers of the lock waiting.
         """
         try:
             normalized = result if isinstance(result, ToolResult) else normalize_output(result)
@@ -131,6 +151,7 @@ class Pipeline:
             return self._run(
                 str(tool_name), args, "" if call_id is None else str(call_id), normalized,
                 memory if memory is not None else IngestMemory(), compressed=compressed,
+                memory_lock=memory_lock if memory_lock is not None else contextlib.nullcontext(),
             )  # fmt: skip
         except Exception as exc:
             self._warn("pipeline", exc)
@@ -144,7 +165,8 @@ class Pipeline:
         result: ToolResult,
         memory: IngestMemory,
         *,
-        compressed: str | None = None,
+        compressed: str | None,
+        memory_lock: contextlib.AbstractContextManager[Any],
     ) -> Reduction:
         config = self.config
         args = coerce_args(raw_args)
@@ -153,11 +175,13 @@ class Pipeline:
         signature = call_signature(tool_name, args)
         profile = config.profile_for(tool_name, args)
         read_key = f"{source}#{signature}" if profile.tool_kind == "file_read" else None
-        previous = memory.reads.get(read_key) if read_key is not None else None
-        if previous is not None and previous.call_id == call_id:
-            previous = None  # the same call ingested twice
-        first_seen = memory.seen.get(ref)
-        run, same_output, last_call = memory.loop_state(signature, ref, call_id)
+        with memory_lock:
+            previous = memory.reads.get(read_key) if read_key is not None else None
+            if previous is not None and previous.call_id == call_id:
+                previous = None  # the same call ingested twice
+            first_seen = memory.seen.get(ref)
+            run, same_output, last_call = memory.loop_state(signature, ref, call_id)
+            gate_open = memory.gate_open(source, ref, config.gate_threshold)
         ctx = PassContext(
             tool_name=tool_name,
             args=args,
@@ -175,22 +199,24 @@ class Pipeline:
             loop_run=run,
             loop_same_output=same_output,
             loop_last_call=last_call,
-            gate_open=memory.gate_open(source, ref, config.gate_threshold),
+            gate_open=gate_open,
         )
         steps: list[StepReport] = []
         text = self._apply_passes(result.text, ctx, steps, compressed)
         if not text:
             text = NO_OUTPUT if not result.text else blank_stub(ref)
+        text = _redacted(text, result.text, steps)
         lossy = result.kind != "empty" and (text != result.text or not result.exact)
         try:
-            memory.remember(
-                ref=ref,
-                call_id=call_id,
-                source=source,
-                signature=signature,
-                read_key=read_key,
-                max_entries=config.memory_max_entries,
-            )
+            with memory_lock:
+                memory.remember(
+                    ref=ref,
+                    call_id=call_id,
+                    source=source,
+                    signature=signature,
+                    read_key=read_key,
+                    max_entries=config.memory_max_entries,
+                )
         except Exception as exc:  # a corrupted memory must not cost the turn
             self._warn("memory", exc)
         reason = ", ".join(s.pass_name for s in steps) or (None if not lossy else result.kind)
@@ -207,6 +233,8 @@ class Pipeline:
             reason=reason,
             source=source,
             kind=result.kind,
+            loop_run=run,
+            loop_same_output=same_output,
         )
 
     def _eligible(self, step: ReductionPass, ctx: PassContext) -> bool:
@@ -306,11 +334,28 @@ class Pipeline:
             )
         if not text:
             text = NO_OUTPUT
+        text = _redacted(text, result.text, [])
         lossy = result.kind != "empty" and (text != result.text or not result.exact)
         return Reduction(
             text=text, lossy=lossy, ref=ref if lossy else None, reason="fallback",
             kind=result.kind,
         )  # fmt: skip
+
+
+def _redacted(text: str, original: str, steps: list[StepReport]) -> str:
+    """`text` without credential shapes when the pipeline wrote it (it differs from the output).
+
+    An output passed through unchanged is the tool's own text and stays as it is; a preview,
+    stub or cleaned copy is cachepilot's, so credentials in it are replaced by markers (the
+    archived original keeps them, for `recall` in the same thread). Recorded as a lossy step,
+    so the text names the ref of the original.
+    """
+    if text == original:
+        return text
+    cleaned = redact(text)
+    if cleaned is not text:
+        steps.append(StepReport(REDACT_STEP, False, len(text), len(cleaned)))
+    return cleaned
 
 
 def default_pipeline(config: ReduceConfig | None = None) -> Pipeline:

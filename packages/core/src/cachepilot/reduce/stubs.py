@@ -27,6 +27,7 @@ __all__ = [
     "reduced_stub",
     "repeat_marker",
     "similar_marker",
+    "unarchived_stub",
     "unchanged_read_stub",
 ]
 
@@ -59,6 +60,14 @@ def recall_call(ref: str) -> str:
 def reduced_stub(before: int, after: int, ref: str) -> str:
     """`[output reduced 48,213 → 1,020 chars; full text: recall(ref="9f2c41d07a1b")]`."""
     return f"[output reduced {before:,} → {after:,} chars; full text: {recall_call(ref)}]"
+
+
+def unarchived_stub(before: int, after: int) -> str:
+    """The size gate's stub when the original could not be archived (nothing to recall)."""
+    return (
+        f"[output cut {before:,} → {after:,} chars; the archive is unavailable, so the omitted "
+        "part was not kept]"
+    )
 
 
 def compressed_note(before: int, after: int, ref: str) -> str:

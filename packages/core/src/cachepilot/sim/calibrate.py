@@ -274,12 +274,22 @@ def calibrate_session(
     calls = [i for i, m in enumerate(body) if m.role == "assistant"]
     if hidden_prefix_tokens is None:
         hidden_prefix_tokens = estimate_hidden_prefix(session, counter)
-    sim = CacheSimulator(profile, counter=counter, hidden_prefix_tokens=hidden_prefix_tokens)
+    # A client that rebuilds its (unrecorded) prefix on every user turn, e.g. a timestamp in
+    # the system prompt and reshuffled tools: the hidden prefix is new text on each turn.
+    per_turn = session.meta.get("hidden_prefix_changes") == "per-user-turn"
+    sim = CacheSimulator(
+        profile, counter=counter, hidden_prefix_tokens=0 if per_turn else hidden_prefix_tokens
+    )
     rows: list[CallComparison] = []
     for ordinal, index in enumerate(calls):
         recorded = session.call_for(index + offset)
+        shown_system = system
+        if per_turn:
+            turn = sum(1 for m in body[:index] if m.role == "user")
+            hidden = f"[hidden prefix of user turn {turn}]" + " x" * hidden_prefix_tokens
+            shown_system = hidden if system is None else f"{hidden}\n{system}"
         request = Request(
-            system,
+            shown_system,
             body[:index],
             session.tools,
             timestamp=recorded.timestamp if recorded else None,

@@ -1,7 +1,7 @@
 """The replay provider: an OpenAI-compatible endpoint that replays a recorded session.
 
-It serves Chat Completions and Responses (streaming too) on loopback. Each model request
-gets the next recorded assistant turn as its reply, and the usage it reports
+It serves Chat Completions, Responses and Anthropic Messages (streaming too) on loopback.
+Each model request gets the next recorded assistant turn as its reply, and the usage it reports
 (`cached_tokens`…) is what the cache simulator computes on the request body actually
 received. With tools that return the recorded outputs (`ReplayScript.output_for`), a real
 agent framework runs a recorded session end to end, and the cost of what the framework
@@ -38,14 +38,21 @@ from cachepilot.sim.engine import CacheSimulator
 from cachepilot.sim.profiles import DEFAULT_PROFILE, LOGICAL_STEP_SECONDS, ProviderProfile
 from cachepilot.sim.render import Request
 from cachepilot.sim.replay_server import ReplayHTTPServer, Response
-from cachepilot.sim.wire import (
+from cachepilot.tokens import TokenCounter, get_counter
+from cachepilot.usage import Usage
+from cachepilot.wire import (
     Api,
     WireError,
+    anthropic_events,
+    anthropic_message,
+    anthropic_usage,
     chat_chunks,
     chat_completion,
     chat_usage,
     dumps,
     error_body,
+    parse_body,
+    read_view,
     request_from_chat,
     request_from_responses,
     responses_events,
@@ -55,8 +62,6 @@ from cachepilot.sim.wire import (
     responses_usage,
     sse,
 )
-from cachepilot.tokens import TokenCounter, get_counter
-from cachepilot.usage import Usage
 
 if TYPE_CHECKING:
     from cachepilot.traces.session import Session
@@ -82,6 +87,7 @@ REPLAY_MODEL = "cachepilot-replay"
 
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 _RESPONSES_PATHS = ("/v1/responses", "/responses")
+_MESSAGES_PATHS = ("/v1/messages", "/messages")
 _MODELS_PATHS = ("/v1/models", "/models")
 
 
@@ -242,7 +248,7 @@ class ReplayRecord:
     index: int
     """0-based position among the requests served since the last `load`."""
     api: Api
-    """`chat` or `responses`."""
+    """`chat`, `responses` or `anthropic`."""
     stream: bool
     timestamp: float
     """Simulated time of the request (the turn's timestamp or the logical clock)."""
@@ -272,10 +278,12 @@ class ReplayRecord:
 class ReplayProvider:
     """Serve a `ReplayScript` as an OpenAI-compatible endpoint on 127.0.0.1.
 
-    Endpoints: `POST /v1/chat/completions`, `POST /v1/responses` (both with `stream`), and
-    `GET /v1/models`. Each model request consumes the next turn; requests are handled one at
-    a time, so the turn order is the arrival order. Usage comes from a `CacheSimulator`
-    that sees every request body.
+    Endpoints: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages` (the
+    Anthropic Messages API; all three with `stream`), and `GET /v1/models`. Messages usage
+    follows the request's `cache_control` breakpoints under a breakpoint profile
+    (`anthropic`, `anthropic-1h`). Each model request consumes the next turn; requests are
+    handled one at a time, so the turn order is the arrival order. Usage comes from a
+    `CacheSimulator` that sees every request body.
 
     Args:
         script: the turns to serve.
@@ -450,27 +458,33 @@ class ReplayProvider:
                 ],
             }
             return _json(200, models)
-        if path in _CHAT_PATHS or path in _RESPONSES_PATHS:
+        if path in _CHAT_PATHS or path in _RESPONSES_PATHS or path in _MESSAGES_PATHS:
+            api: Api = (
+                "chat"
+                if path in _CHAT_PATHS
+                else "responses"
+                if path in _RESPONSES_PATHS
+                else "anthropic"
+            )
             if method != "POST":
-                return _json(405, error_body(f"{method} is not allowed on {path}; use POST"))
-            api: Api = "chat" if path in _CHAT_PATHS else "responses"
+                return _error(api, 405, f"{method} is not allowed on {path}; use POST")
             try:
                 body = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, ValueError) as exc:
-                return _json(400, error_body(f"request body is not valid JSON: {exc}"))
+                return _error(api, 400, f"request body is not valid JSON: {exc}")
             if not isinstance(body, dict):
-                return _json(400, error_body("request body must be a JSON object"))
+                return _error(api, 400, "request body must be a JSON object")
             with self._lock:
                 try:
                     return self._serve(api, path, body)
                 except WireError as exc:
                     logger.info("replay provider rejected a %s request: %s", api, exc)
-                    return _json(400, error_body(str(exc), param=exc.param))
+                    return _error(api, 400, str(exc), param=exc.param)
         return _json(
             404,
             error_body(
                 f"unknown path {path!r}: the replay provider serves POST /v1/chat/completions, "
-                "POST /v1/responses and GET /v1/models",
+                "POST /v1/responses, POST /v1/messages and GET /v1/models",
                 kind="not_found_error",
             ),
         )
@@ -478,8 +492,13 @@ class ReplayProvider:
     def _serve(self, api: Api, path: str, body: dict[str, Any]) -> Response:
         stream = body.get("stream") is True
         conversation: tuple[Message, ...] = ()
+        breakpoints = None
         if api == "chat":
             request = request_from_chat(body)
+        elif api == "anthropic":
+            read_view(body, "anthropic")  # strict checks; `parse_body` reads the marks too
+            request = parse_body(body, api="anthropic").request
+            breakpoints = request.cache_breakpoints
         else:
             history: tuple[Message, ...] = ()
             previous = body.get("previous_response_id")
@@ -521,6 +540,7 @@ class ReplayProvider:
             tools=request.tools,
             timestamp=timestamp,
             model=request.model,
+            cache_breakpoints=breakpoints,
         )
         if output_tokens is None:
             output_tokens = self._counter.count_message(reply)
@@ -557,6 +577,15 @@ class ReplayProvider:
                     include_usage=include,
                 )
                 response = Response(200, "text/event-stream", sse(chunks, named=False, done=True))
+            else:
+                response = _json(200, final)
+        elif api == "anthropic":
+            response_id = f"msg_replay{index:05d}"
+            wire_usage = anthropic_usage(usage)
+            final = anthropic_message(reply, id=response_id, model=model, usage=wire_usage)
+            if stream:
+                events = anthropic_events(reply, id=response_id, model=model, usage=wire_usage)
+                response = Response(200, "text/event-stream", sse(events, named=True, done=False))
             else:
                 response = _json(200, final)
         else:
@@ -606,3 +635,11 @@ class ReplayProvider:
 
 def _json(status: int, payload: Mapping[str, Any]) -> Response:
     return Response(status, "application/json", dumps(payload).encode("ascii"))
+
+
+def _error(api: Api, status: int, message: str, param: str | None = None) -> Response:
+    """An error body in the API's own shape (Anthropic: `{"type": "error", "error": ...}`)."""
+    if api == "anthropic":
+        kind = "not_found_error" if status == 404 else "invalid_request_error"
+        return _json(status, {"type": "error", "error": {"type": kind, "message": message}})
+    return _json(status, error_body(message, param=param))

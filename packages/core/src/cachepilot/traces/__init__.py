@@ -1,10 +1,10 @@
 """Loaders for real agent trajectory formats into neutral `Session`s.
 
 Formats (`FORMATS`): Claude Code JSONL, mini-swe-agent (v1 text actions and v1.1 native
-tool calls), SWE-agent `.traj`, tau-bench results, OpenHands eval records. In every session
-each assistant message is one model call whose request was everything before it, and tool
-calls pair with their results (repaired deterministically when the raw data does not;
-`meta["repairs"]` counts the repairs).
+tool calls), SWE-agent `.traj`, tau-bench results, OpenHands eval records, Reasonix
+transcripts. In every session each assistant message is one model call whose request was
+everything before it, and tool calls pair with their results (repaired deterministically
+when the raw data does not; `meta["repairs"]` counts the repairs).
 
 Unknown or broken files are skipped with one warning each; `load_paths` never raises for a
 bad file.
@@ -18,7 +18,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from cachepilot.traces import claude_code, mini_swe_agent, openhands, swe_agent, tau_bench
+from cachepilot.traces import (
+    claude_code,
+    mini_swe_agent,
+    openhands,
+    reasonix,
+    swe_agent,
+    tau_bench,
+)
 from cachepilot.traces.detect import detect_format
 from cachepilot.traces.session import RecordedCall, Session, split_system
 
@@ -46,6 +53,7 @@ FORMATS: Mapping[str, Loader] = MappingProxyType(
         swe_agent.FORMAT: swe_agent.load,
         tau_bench.FORMAT: tau_bench.load,
         openhands.FORMAT: openhands.load,
+        reasonix.FORMAT: reasonix.load,
     }
 )
 """Format name (as `detect_format` returns it) -> loader."""

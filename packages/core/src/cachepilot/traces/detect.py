@@ -19,7 +19,8 @@ _CLAUDE_KEYS = ('"parentUuid"', '"sessionId"', '"leafUuid"', '"file-history-snap
 def sniff(head: bytes, tail: bytes = b"", name: str = "") -> str | None:
     """Format name for a file's first bytes (`head`), last bytes (`tail`) and file name.
 
-    Returns one of `claude-code`, `mini-swe-agent`, `swe-agent`, `tau-bench`, `openhands`, or
+    Returns one of `claude-code`, `mini-swe-agent`, `swe-agent`, `tau-bench`, `openhands`,
+    `reasonix`, or
     None (empty, binary or unknown content).
     """
     if b"\x00" in head or b"\x00" in tail:
@@ -38,6 +39,10 @@ def sniff(head: bytes, tail: bytes = b"", name: str = "") -> str | None:
     if not text.startswith("{"):
         return None
     first_line = text.split("\n", 1)[0]
+    if first_line.startswith('{"role":"_meta"') or (
+        '"_meta"' in first_line and '"role"' in first_line and '"assistant_final"' in both
+    ):
+        return "reasonix"
     if any(key in first_line for key in _CLAUDE_KEYS):
         return "claude-code"
     if ('"trajectory_format"' in both and "mini-swe-agent" in both) or '"mini_version"' in both:

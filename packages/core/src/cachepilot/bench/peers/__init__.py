@@ -1,8 +1,8 @@
 """Peer baselines for `cachepilot bench`: other tools' context management, run as they ship.
 
 Each strategy runs the peer's own published code where it exists (LangChain middlewares,
-the Agents SDK's `ToolOutputTrimmer`); OpenCode's pruning is TypeScript and is mirrored line
-by line (see `opencode_prune`).
+the Agents SDK's `ToolOutputTrimmer`, Headroom's `HeadroomChatModel`); OpenCode's pruning is
+TypeScript and is mirrored line by line (see `opencode_prune`).
 
 Importing this package loads no framework: the classes are resolved on first attribute
 access, and the modules of the LangChain / Agents SDK peers import their framework then.
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cachepilot.bench.peers.agents_trimmer import AgentsTrimmer
+    from cachepilot.bench.peers.headroom import Headroom
     from cachepilot.bench.peers.keep_last_n import KeepLastN
     from cachepilot.bench.peers.lc_clear_tool_uses import LcClearToolUses, LcClearToolUsesScaled
     from cachepilot.bench.peers.lc_summarization import LcSummarization
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentsTrimmer",
+    "Headroom",
     "KeepLastN",
     "LcClearToolUses",
     "LcClearToolUsesScaled",
@@ -31,6 +33,7 @@ __all__ = [
 
 _MODULES = {
     "AgentsTrimmer": "agents_trimmer",
+    "Headroom": "headroom",
     "KeepLastN": "keep_last_n",
     "LcClearToolUses": "lc_clear_tool_uses",
     "LcClearToolUsesScaled": "lc_clear_tool_uses",

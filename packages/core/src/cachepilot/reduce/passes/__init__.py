@@ -1,7 +1,8 @@
 """The built-in reduction passes, in pipeline order.
 
 Order: payload stubs (binary, image) and pointer stubs (identical-call loop, unchanged
-re-read, duplicate) first, since they replace the whole output; then text cleanup (ANSI,
+re-read, duplicate) first, since they replace the whole output; image payloads inside JSON
+and whole SVG documents next (both are images, not text); then text cleanup (ANSI,
 progress lines, whitespace); structure-aware slimming (HTML, JSON) before the line-based
 passes that could break its syntax; line-number strip, repeated and near-identical line
 folding; the size gate; notes (invalid UTF-8, loop); the hard cap last.
@@ -14,6 +15,7 @@ from types import MappingProxyType
 from cachepilot.reduce.passes.base import ALL_KINDS, TEXT_KINDS, PassContext, ReductionPass
 from cachepilot.reduce.passes.cleanup import AnsiPass, ProgressPass, WhitespacePass
 from cachepilot.reduce.passes.html import HtmlPass
+from cachepilot.reduce.passes.image_blocks import ImageBlocksPass
 from cachepilot.reduce.passes.json_slim import JsonPass
 from cachepilot.reduce.passes.lines import LineNumbersPass, RepeatsPass, SimilarLinesPass
 from cachepilot.reduce.passes.payload import BinaryPass, ImagePass, InvalidUtf8Pass
@@ -24,6 +26,7 @@ from cachepilot.reduce.passes.pointers import (
     SupersededReadPass,
 )
 from cachepilot.reduce.passes.size import HardCapPass, SizeGatePass
+from cachepilot.reduce.passes.svg import SvgPass
 
 __all__ = [
     "ALL_KINDS",
@@ -35,6 +38,7 @@ __all__ = [
     "DuplicatePass",
     "HardCapPass",
     "HtmlPass",
+    "ImageBlocksPass",
     "ImagePass",
     "InvalidUtf8Pass",
     "JsonPass",
@@ -48,6 +52,7 @@ __all__ = [
     "SimilarLinesPass",
     "SizeGatePass",
     "SupersededReadPass",
+    "SvgPass",
     "WhitespacePass",
 ]
 
@@ -57,6 +62,8 @@ PASSES: tuple[ReductionPass, ...] = (
     LoopStubPass(),
     SupersededReadPass(),
     DuplicatePass(),
+    ImageBlocksPass(),
+    SvgPass(),
     AnsiPass(),
     ProgressPass(),
     WhitespacePass(),

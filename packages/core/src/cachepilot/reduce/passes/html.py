@@ -1,14 +1,22 @@
-"""HTML slimming with the standard library's HTML parser: text, structure and links only."""
+"""HTML slimming: text, structure and links only.
+
+Linear in the input whatever the markup (`html_scan` tokenizes in one pass; the converter
+keeps what it needs about its output's end instead of re-reading it), with list indentation
+capped at `MAX_LIST_DEPTH` levels so the output stays proportional to the input.
+"""
 
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
+from dataclasses import dataclass
 
 from cachepilot.reduce.passes.base import PassContext, ReductionPass
+from cachepilot.reduce.passes.html_scan import EndTag, StartTag, scan_html
 
-__all__ = ["HtmlPass", "html_to_text", "looks_like_html"]
+__all__ = ["MAX_LIST_DEPTH", "HtmlPass", "html_to_text", "looks_like_html"]
 
+MAX_LIST_DEPTH = 8
+"""Nested lists deeper than this are indented like this level (output stays linear)."""
 _SNIFF = 4_096
 _SKIP = frozenset(
     {"script", "style", "svg", "noscript", "template", "iframe", "object", "canvas", "math"}
@@ -36,11 +44,33 @@ def looks_like_html(text: str) -> bool:
     return head.startswith("<") and ("<body" in head or "<head" in head) and "</" in text
 
 
-class _Converter(HTMLParser):
+@dataclass(slots=True)
+class _End:
+    """What the converter knows about the end of its output so far."""
+
+    newlines: int = 0
+    """Trailing newline characters."""
+    text: bool = False
+    """Something other than newlines was written."""
+    last: str = "\n"
+    """The last character written (a newline before anything was)."""
+
+    def add(self, piece: str) -> None:
+        if not piece:
+            return
+        body = piece.rstrip("\n")
+        if body:
+            self.text = True
+            self.newlines = len(piece) - len(body)
+        else:
+            self.newlines += len(piece)
+        self.last = piece[-1]
+
+
+class _Converter:
     """Renders HTML as markdown-ish text (headings, lists, links, tables, pre blocks)."""
 
     def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
         self.pieces: list[str] = []
         self.title: list[str] = []
         self._skip: list[str] = []
@@ -48,30 +78,34 @@ class _Converter(HTMLParser):
         self._in_title = False
         self._in_head = False
         self._lists: list[str] = []
-        self._links: list[tuple[int, str | None]] = []
+        self._links: list[tuple[int, str | None, _End]] = []
+        self._end = _End()
+
+    def feed(self, html: str) -> None:
+        """Convert a whole document."""
+        for token in scan_html(html):
+            if isinstance(token, StartTag):
+                if token.self_closing:
+                    self.handle_startendtag(token.name, token.attrs)
+                else:
+                    self.handle_starttag(token.name, token.attrs)
+            elif isinstance(token, EndTag):
+                self.handle_endtag(token.name)
+            else:
+                self.handle_data(token.data)
 
     # -- output helpers --------------------------------------------------------------------
-    def _tail(self) -> str:
-        for piece in reversed(self.pieces):
-            if piece:
-                return piece
-        return "\n"
-
     def _newlines(self, count: int) -> None:
-        have = 0
-        for piece in reversed(self.pieces):
-            stripped = piece.rstrip("\n")
-            have += len(piece) - len(stripped)
-            if stripped:
-                break
-        else:
+        end = self._end
+        if not end.text:
             return  # nothing written yet: no leading blank lines
-        if have < count:
-            self.pieces.append("\n" * (count - have))
+        if end.newlines < count:
+            self._emit("\n" * (count - end.newlines))
 
     def _emit(self, text: str) -> None:
         if text:
             self.pieces.append(text)
+            self._end.add(text)
 
     # -- parser callbacks ------------------------------------------------------------------
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -100,7 +134,8 @@ class _Converter(HTMLParser):
             self._newlines(1)
         elif tag == "li":
             self._newlines(1)
-            self._emit("  " * max(0, len(self._lists) - 1) + "- ")
+            depth = min(len(self._lists), MAX_LIST_DEPTH)
+            self._emit("  " * max(0, depth - 1) + "- ")
         elif tag == "tr":
             self._newlines(1)
             self._emit("|")
@@ -113,7 +148,8 @@ class _Converter(HTMLParser):
         elif tag == "a":
             if self._links:  # `<a>` cannot nest: a new one closes the open one (as browsers do)
                 self._close_link()
-            self._links.append((len(self.pieces), attr.get("href")))
+            snapshot = _End(self._end.newlines, self._end.text, self._end.last)
+            self._links.append((len(self.pieces), attr.get("href"), snapshot))
             self._emit("[")
         elif tag == "img":
             self._image(attr)
@@ -172,13 +208,18 @@ class _Converter(HTMLParser):
     def _close_link(self) -> None:
         if not self._links:
             return
-        index, href = self._links.pop()
+        index, href, before = self._links.pop()
         text = "".join(self.pieces[index + 1 :]).strip()
         usable = href and not href.startswith(("javascript:", "#", "data:"))
         if usable and text:
             self._emit(f"]({href})")
         else:
             self.pieces[index] = ""
+            # The end of the output as if "[" had never been written (links do not nest, so
+            # each piece is replayed at most once).
+            for piece in self.pieces[index + 1 :]:
+                before.add(piece)
+            self._end = before
 
     def handle_data(self, data: str) -> None:
         if self._skip:
@@ -192,7 +233,7 @@ class _Converter(HTMLParser):
             self._emit(data)
             return
         text = _SPACES.sub(" ", data)
-        if text == " " or (text.startswith(" ") and self._tail().endswith(("\n", " ", "[", "- "))):
+        if text == " " or (text.startswith(" ") and self._end.last in ("\n", " ", "[")):
             text = text.lstrip(" ")
         self._emit(text)
 
@@ -212,7 +253,6 @@ def html_to_text(html: str) -> str:
     """Convert an HTML document to compact markdown-ish text."""
     converter = _Converter()
     converter.feed(html)
-    converter.close()
     return converter.render()
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from cachepilot.reduce.config import STUB_OVERHEAD
 from cachepilot.reduce.passes.base import ALL_KINDS, TEXT_KINDS, PassContext, ReductionPass
-from cachepilot.reduce.stubs import omitted_lines_marker, reduced_stub
+from cachepilot.reduce.stubs import omitted_lines_marker, reduced_stub, unarchived_stub
 
-__all__ = ["HardCapPass", "SizeGatePass", "head_tail_preview"]
+__all__ = ["HardCapPass", "SizeGatePass", "head_tail_preview", "unarchived_preview"]
 
 
 def _cut_head(text: str, size: int) -> str:
@@ -61,6 +61,20 @@ def head_tail_preview(
     if tail:
         parts.append(tail)
     return "\n".join(parts)
+
+
+def unarchived_preview(text: str, head_chars: int, tail_chars: int) -> str:
+    """`text` cut to a head and a tail preview for when its original could not be archived:
+    the stub says the middle is gone (there is no ref to recall it by)."""
+    head = _cut_head(text, head_chars)
+    tail = _cut_tail(text, min(tail_chars, len(text) - len(head)))
+    fixed = len(head) + len(tail) + 2
+    after = fixed
+    for _ in range(5):  # the stub states the final size, which includes the stub itself
+        if fixed + len(unarchived_stub(len(text), after)) == after:
+            break
+        after = fixed + len(unarchived_stub(len(text), after))
+    return "\n".join((head, unarchived_stub(len(text), after), tail))
 
 
 class SizeGatePass(ReductionPass):

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The plugins at their lowest declared dependency versions: for each plugin, a scratch virtual
+# environment resolved with `--resolution lowest-direct` (every dependency the workspace
+# packages declare at its floor, everything else at the newest version that fits), the dev
+# tools added without moving those pins, then the plugin's tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+
+if command -v uv >/dev/null 2>&1; then
+    UV=(uv)
+else
+    python3 -m pip install --quiet uv
+    UV=(python3 -m uv)
+fi
+
+SCRATCH="$(mktemp -d)"
+trap 'rm -rf "$SCRATCH"' EXIT
+
+# The dev tools the tests need, from the workspace's own dev group (linters left out).
+DEV_TOOLS=()
+while IFS= read -r line; do DEV_TOOLS+=("$line"); done < <(
+    python3 - <<'PY'
+import tomllib
+
+with open("pyproject.toml", "rb") as f:
+    dev = tomllib.load(f)["dependency-groups"]["dev"]
+print("\n".join(d for d in dev if not d.startswith(("ruff", "mypy"))))
+PY
+)
+
+run_lowest() {
+    local name="$1" tests="$2"
+    shift 2
+    local venv="$SCRATCH/$name"
+    echo "== $name: lowest-direct resolution of $*"
+    # The oldest Python the packages support, when this machine has it.
+    "${UV[@]}" venv --quiet --no-python-downloads --python 3.11 "$venv" 2>/dev/null ||
+        "${UV[@]}" venv --quiet --no-python-downloads "$venv"
+    export VIRTUAL_ENV="$venv"
+    local editables=()
+    for package in "$@"; do editables+=(-e "$package"); done
+    "${UV[@]}" pip install --quiet --resolution lowest-direct "${editables[@]}"
+    "${UV[@]}" pip freeze --exclude-editable >"$venv/pins.txt"
+    "${UV[@]}" pip install --quiet --constraint "$venv/pins.txt" "${DEV_TOOLS[@]}"
+    "${UV[@]}" pip list --format freeze |
+        grep -Ei '^(python|pydantic|tiktoken|langchain|langchain-core|langchain-openai|langgraph|langgraph-prebuilt|langgraph-checkpoint-sqlite|matplotlib|openai|openai-agents)==' |
+        tr '\n' ' '
+    echo
+    (cd "$ROOT" && "$venv/bin/python" -m pytest -q "$tests")
+    unset VIRTUAL_ENV
+}
+
+run_lowest langgraph tests/langgraph \
+    "packages/core[plot]" "packages/langgraph_plugin[langchain,sqlite]"
+run_lowest agents tests/agents \
+    packages/core packages/openai_agents_plugin

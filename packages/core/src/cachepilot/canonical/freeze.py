@@ -1,0 +1,324 @@
+"""Per-thread frozen values (`CanonicalState`) and the `Canonicalizer` that applies them."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cachepilot.canonical.config import CanonicalConfig, Placement
+from cachepilot.canonical.detect import _CACHE_ENTRIES
+from cachepilot.canonical.text import _Assigner, render_block
+from cachepilot.canonical.tools import (
+    canonical_json,
+    canonicalize_tool,
+    tool_fingerprint,
+    tool_name,
+)
+from cachepilot.messages import ContentPart, Message, TextPart
+
+__all__ = [
+    "CanonicalState",
+    "Canonicalizer",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class CanonicalState(BaseModel):
+    """Per-thread canonicalization state (JSON-serialisable, small; updated by `apply`)."""
+
+    model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
+
+    values: dict[str, str] = Field(default_factory=dict)
+    """Frozen placeholder label → value, the values the block shows."""
+    placement: Placement | None = None
+    """Where this thread's block is placed; None until the block is first emitted."""
+    epoch: int = 0
+    """Refreshes that changed the frozen values (0: the values of the first call)."""
+    calls: int = 0
+    """Calls canonicalized in this thread."""
+    prefix_digest: str | None = None
+    """Digest of the previous call's canonical tools + system (detects a changed prefix)."""
+    tool_fingerprint: str | None = None
+    """`tool_fingerprint` of the previous call's tools, as returned."""
+    tool_changes: int = 0
+    """Times the tool set changed mid-thread (a prefix break cause)."""
+
+    @property
+    def by_value(self) -> dict[str, str]:
+        """Frozen value → label (first label wins)."""
+        out: dict[str, str] = {}
+        for label, value in self.values.items():
+            out.setdefault(value, label)
+        return out
+
+    @property
+    def ordinals(self) -> dict[str, int]:
+        """Highest ordinal per kind among the frozen labels."""
+        out: dict[str, int] = {}
+        for label in self.values:
+            kind, _, n = label.rpartition("_")
+            if kind and n.isdigit():
+                out[kind] = max(out.get(kind, 0), int(n))
+        return out
+
+    @property
+    def block_emitted(self) -> bool:
+        """Whether a dynamic-context block has been emitted in this thread."""
+        return self.placement is not None
+
+
+# --------------------------------------------------------------------------------------------
+# The canonicalizer
+
+
+class Canonicalizer:
+    """Applies canonicalization to each model request of a thread.
+
+    Stateless apart from small memos: of the last tool list (so an unchanged tool list comes
+    back as the same dict objects), and of the messages it rewrote (so an unchanged rewrite
+    comes back as the same `Message` object, and identity memos downstream keep hitting);
+    per-thread state lives in `CanonicalState`.
+    """
+
+    def __init__(self, config: CanonicalConfig | None = None) -> None:
+        """Create a canonicalizer (the default `CanonicalConfig` when None)."""
+        self.config = config or CanonicalConfig()
+        self._tools_memo: tuple[tuple[str, ...], list[dict[str, Any]], str] | None = None
+        self._rewrites: OrderedDict[int, tuple[Message, Message]] = OrderedDict()
+        self._rewrites_lock = threading.Lock()
+
+    def apply(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]],
+        state: CanonicalState,
+        *,
+        maintenance: bool = False,
+    ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
+        """Canonicalize one request; updates `state` in place, never mutates the inputs.
+
+        Args:
+            system: the raw system prompt (pass the original every call, not a canonical one).
+            messages: the transcript; only leading system messages and the first user message
+                (which carries the block) can change, every other message is returned as is.
+            tools: tool schemas in any of the usual shapes.
+            state: this thread's state.
+            maintenance: this call is a maintenance point (refreshes values with
+                ``refresh="maintenance"``).
+
+        Returns:
+            ``(system, messages, tools)`` to send. Deterministic for equal inputs and state.
+        """
+        try:
+            return self._apply(system, messages, tools, state, maintenance=maintenance)
+        except Exception:  # invariant 6: never crash the agent
+            logger.warning(
+                "canonicalization failed; request sent unchanged (%d messages, %d tools)",
+                len(messages),
+                len(tools),
+                exc_info=True,
+            )
+            return system, list(messages), [dict(t) for t in tools if isinstance(t, Mapping)]
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _stable(self, original: Message, rewritten: Message) -> Message:
+        """`rewritten`, or the equal message this canonicalizer returned for `original` before
+        (the same object every call while the rewrite does not change)."""
+        if rewritten is original:
+            return original
+        with self._rewrites_lock:
+            hit = self._rewrites.get(id(original))
+            if hit is not None and hit[0] is original and hit[1] == rewritten:
+                self._rewrites.move_to_end(id(original))
+                return hit[1]
+            # The entry holds `original`, so its id() cannot be reused while it is cached.
+            self._rewrites[id(original)] = (original, rewritten)
+            while len(self._rewrites) > _CACHE_ENTRIES:
+                self._rewrites.popitem(last=False)
+        return rewritten
+
+    def _tools(self, tools: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+        """The tools to send, and their `tool_fingerprint` (memoised with them)."""
+        cfg = self.config
+        keyed = [(tool_name(t), canonical_json(t), t) for t in tools]
+        if cfg.sort_tools:
+            keyed.sort(key=lambda item: (item[0], item[1]))
+        key = tuple(j for _, j, _ in keyed)
+        memo = self._tools_memo
+        if memo is not None and memo[0] == key:
+            return list(memo[1]), memo[2]
+        out = [canonicalize_tool(t) if cfg.canonical_tool_keys else dict(t) for _, _, t in keyed]
+        self._tools_memo = (key, out, tool_fingerprint(out))
+        return list(out), self._tools_memo[2]
+
+    def _apply(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]],
+        state: CanonicalState,
+        *,
+        maintenance: bool,
+    ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
+        cfg = self.config
+        assigner = _Assigner(cfg)
+        tools_out, fingerprint = self._tools(tools)
+        if cfg.canonicalize_tool_descriptions:
+            tools_out = [_canonical_descriptions(t, assigner) for t in tools_out]
+            fingerprint = tool_fingerprint(tools_out)
+        system_out = assigner.canonicalize(system)[0] if isinstance(system, str) else system
+        out = list(messages)
+        n_leading = 0
+        if cfg.leading_system_messages:
+            while n_leading < len(out) and out[n_leading].role == "system":
+                out[n_leading] = self._stable(
+                    out[n_leading], _canonical_message(out[n_leading], assigner)
+                )
+                n_leading += 1
+
+        digest = _digest(fingerprint, system_out, out[:n_leading])
+        current = assigner.values
+        self._update_state(state, current, digest, fingerprint, maintenance=maintenance)
+
+        if current:
+            block = render_block(((label, state.values[label]) for label in current), cfg)
+            first_user = next((i for i, m in enumerate(out) if m.role == "user"), None)
+            if state.placement is None:
+                state.placement = cfg.placement if first_user is not None else "system_tail"
+            if state.placement == "first_user" and first_user is not None:
+                out[first_user] = self._stable(
+                    out[first_user], _prepend_block(out[first_user], block)
+                )
+            elif n_leading:
+                out[n_leading - 1] = self._stable(
+                    out[n_leading - 1], _append_block(out[n_leading - 1], block)
+                )
+            else:
+                system_out = _append_text(system_out, block)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "canonicalized request: %d spans, %d placeholders, placement=%s, epoch=%d",
+                assigner.spans,
+                len(current),
+                state.placement,
+                state.epoch,
+            )
+        return system_out, out, tools_out
+
+    def _update_state(
+        self,
+        state: CanonicalState,
+        current: dict[str, str],
+        digest: str,
+        fingerprint: str,
+        *,
+        maintenance: bool,
+    ) -> None:
+        cfg = self.config
+        first = state.prefix_digest is None
+        changed = not first and digest != state.prefix_digest
+        if state.tool_fingerprint is not None and fingerprint != state.tool_fingerprint:
+            state.tool_changes += 1
+            logger.info(
+                "tool set changed mid-thread (%s -> %s): the cached prefix breaks at the tools",
+                state.tool_fingerprint,
+                fingerprint,
+            )
+        refresh = (
+            first
+            or cfg.refresh == "always"
+            or (cfg.refresh == "maintenance" and maintenance)
+            or (changed and cfg.refresh != "never" and cfg.refresh_on_prefix_change)
+        )
+        if refresh:
+            if not first and current and current != state.values:
+                state.epoch += 1
+            if current:
+                state.values = dict(current)
+                state.placement = None  # re-resolved below
+        else:
+            missing = {k: v for k, v in current.items() if k not in state.values}
+            if missing:
+                state.values = {**state.values, **missing}
+        state.prefix_digest = digest
+        state.tool_fingerprint = fingerprint
+        state.calls += 1
+
+
+def _digest(fingerprint: str, system: str | None, leading: Sequence[Message]) -> str:
+    h = hashlib.sha256()
+    h.update(fingerprint.encode())
+    h.update(b"\x00" if system is None else b"\x01" + system.encode("utf-8", "surrogatepass"))
+    for message in leading:
+        h.update(b"\x02" + message.text.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()[:32]
+
+
+def _canonical_descriptions(tool: dict[str, Any], assigner: _Assigner) -> dict[str, Any]:
+    def walk(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            return {
+                k: assigner.canonicalize(v)[0]
+                if k == "description" and isinstance(v, str)
+                else walk(v)
+                for k, v in obj.items()
+            }
+        if isinstance(obj, list):
+            return [walk(v) for v in obj]
+        return obj
+
+    out = walk(tool)
+    return out if isinstance(out, dict) else tool
+
+
+def _canonical_message(message: Message, assigner: _Assigner) -> Message:
+    if isinstance(message.content, str):
+        text, spans = assigner.canonicalize(message.content)
+        return dataclasses.replace(message, content=text) if spans else message
+    parts: list[ContentPart] = []
+    changed = False
+    for part in message.content:
+        if isinstance(part, TextPart):
+            text, spans = assigner.canonicalize(part.text)
+            if spans:
+                part = dataclasses.replace(part, text=text)  # noqa: PLW2901
+                changed = True
+        parts.append(part)
+    return dataclasses.replace(message, content=tuple(parts)) if changed else message
+
+
+def _append_text(text: str | None, block: str) -> str:
+    if not text:
+        return block
+    if text.endswith(block) and text[: -len(block)].endswith("\n\n"):
+        return text
+    return f"{text}\n\n{block}"
+
+
+def _append_block(message: Message, block: str) -> Message:
+    if isinstance(message.content, str):
+        return dataclasses.replace(message, content=_append_text(message.content, block))
+    if message.content and message.content[-1] == TextPart(block):
+        return message
+    return dataclasses.replace(message, content=(*message.content, TextPart(block)))
+
+
+def _prepend_block(message: Message, block: str) -> Message:
+    content = message.content
+    if isinstance(content, str):
+        if content == block or content.startswith(block + "\n\n"):
+            return message  # already carries this block
+        return dataclasses.replace(message, content=f"{block}\n\n{content}" if content else block)
+    if content and content[0] == TextPart(block):
+        return message
+    return dataclasses.replace(message, content=(TextPart(block), *content))

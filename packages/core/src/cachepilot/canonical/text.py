@@ -1,0 +1,99 @@
+"""Placeholders for volatile values and the dynamic-context block that carries them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from cachepilot.canonical.config import CanonicalConfig, VolatileSpan
+from cachepilot.canonical.detect import _default_config, detect_volatile
+
+__all__ = [
+    "CanonicalText",
+    "canonicalize_text",
+    "render_block",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CanonicalText:
+    """The result of `canonicalize_text`: the canonical text and what it replaced."""
+
+    text: str
+    values: dict[str, str]
+    """Label (``date_1``) → real value, in order of first appearance."""
+    spans: tuple[VolatileSpan, ...]
+    """The spans replaced, positions in the original text."""
+
+
+class _Assigner:
+    """Numbers placeholders across the texts of one request (kind + ordinal of first sight)."""
+
+    def __init__(self, config: CanonicalConfig) -> None:
+        self.config = config
+        self.values: dict[str, str] = {}
+        self._by_value: dict[str, str] = {}
+        self._counts: dict[str, int] = {}
+        self.spans = 0
+
+    def label(self, span: VolatileSpan) -> str:
+        if span.kind in self.config.named_values:
+            self.values.setdefault(span.kind, span.value)
+            return span.kind
+        if self.config.dedupe_values and span.value in self._by_value:
+            return self._by_value[span.value]
+        n = self._counts.get(span.kind, 0) + 1
+        self._counts[span.kind] = n
+        label = f"{span.kind}_{n}"
+        self.values[label] = span.value
+        self._by_value.setdefault(span.value, label)
+        return label
+
+    def canonicalize(self, text: str) -> tuple[str, list[VolatileSpan]]:
+        spans = detect_volatile(text, self.config)
+        if not spans:
+            return text, spans
+        pieces: list[str] = []
+        at = 0
+        for span in spans:
+            pieces.append(text[at : span.start])
+            pieces.append(self.config.placeholder(self.label(span)))
+            at = span.end
+        pieces.append(text[at:])
+        self.spans += len(spans)
+        return "".join(pieces), spans
+
+
+def canonicalize_text(text: str, config: CanonicalConfig | None = None) -> CanonicalText:
+    """Replace the volatile values of one text by placeholders (fresh numbering).
+
+    Useful for diagnostics (`explain` can compare canonical forms); `Canonicalizer.apply` does
+    the same across a whole request and keeps per-thread values.
+    """
+    assigner = _Assigner(config or _default_config())
+    canonical, spans = assigner.canonicalize(text) if isinstance(text, str) else ("", [])
+    return CanonicalText(canonical, dict(assigner.values), tuple(spans))
+
+
+def render_block(values: Iterable[tuple[str, str]], config: CanonicalConfig | None = None) -> str:
+    """The dynamic-context block for ``(label, value)`` pairs ("" when there are none).
+
+    A value spanning lines or with outer blanks is written as a JSON string.
+    """
+    cfg = config or _default_config()
+    lines = [f"{cfg.placeholder(label)} = {_show(value)}" for label, value in values]
+    if not lines:
+        return ""
+    header = [cfg.block_header] if cfg.block_header else []
+    return "\n".join([f"<{cfg.block_tag}>", *header, *lines, f"</{cfg.block_tag}>"])
+
+
+def _show(value: str) -> str:
+    if value != value.strip() or any(c in value for c in "\n\r\t\x0b\x0c\x85\u2028\u2029"):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Tools

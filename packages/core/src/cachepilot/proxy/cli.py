@@ -1,0 +1,117 @@
+"""`cachepilot proxy`: the command that runs the proxy."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = ["add_proxy_parser", "cmd_proxy"]
+
+_DESCRIPTION = """\
+Run an HTTP proxy that gives any agent cachepilot's savings without code changes: point the
+agent's OpenAI or Anthropic client at it (base_url http://HOST:PORT/v1; Anthropic clients:
+http://HOST:PORT). It forwards OpenAI Chat Completions (/v1/chat/completions), OpenAI
+Responses (/v1/responses) and Anthropic Messages (/v1/messages), streaming or not, to
+--upstream, after: showing each tool result as its reduced view (originals archived,
+the same text on every request), canonicalizing the system prompt, applying the thread's
+maintenance plan, adding a `recall` tool that the proxy answers itself (the client never
+sees it), and, for Anthropic, adding cache_control breakpoints where they pay. Other paths
+are forwarded unchanged. Auth headers pass through untouched and are never logged or stored;
+usage returned to the client is the upstream's.
+
+Threads: the X-CachePilot-Thread header, else a thread key in the body (metadata session
+ids, prompt_cache_key, metadata.user_id, user) with the system prompt, else a digest of the
+system prompt and first user message (clients sending the same ones share a thread: send
+the header for multi-tenant use). Threads are scoped by a digest of the API key unless
+--no-key-scope.
+"""
+
+
+def add_proxy_parser(sub: Any) -> None:
+    """Add the `proxy` subcommand."""
+    from cachepilot.proxy.config import DEFAULT_THREAD_HEADER
+    from cachepilot.sim import DEFAULT_PROFILE, PROFILES
+
+    p = sub.add_parser(
+        "proxy",
+        help="an HTTP proxy giving any agent (OpenAI or Anthropic client) cachepilot's savings",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--upstream",
+        required=True,
+        metavar="URL",
+        help="provider base URL, e.g. https://api.openai.com or https://api.anthropic.com",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
+    p.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787)")
+    p.add_argument(
+        "--provider",
+        default=DEFAULT_PROFILE,
+        choices=sorted(PROFILES),
+        metavar="PROFILE",
+        help=f"provider cache profile for the cost model and metrics (default {DEFAULT_PROFILE}; "
+        "use anthropic or anthropic-1h for Claude)",
+    )
+    p.add_argument(
+        "--store",
+        metavar="PATH",
+        help="SQLite file for archived originals and thread states (inspect it with "
+        "`cachepilot inspect PATH --store PATH`); default: originals in the per-user archive, "
+        "states in memory",
+    )
+    p.add_argument(
+        "--thread-header",
+        default=DEFAULT_THREAD_HEADER,
+        metavar="NAME",
+        help=f"request header naming the thread (default {DEFAULT_THREAD_HEADER})",
+    )
+    p.add_argument(
+        "--no-key-scope",
+        action="store_true",
+        help="let requests under different API keys share threads",
+    )
+    p.add_argument(
+        "--no-recall", action="store_true", help="offer no recall tool (and reduce nothing)"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=600.0, help="upstream timeout in seconds (default 600)"
+    )
+    p.add_argument("--no-metrics", action="store_true", help="do not serve GET /metrics")
+
+
+def cmd_proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Run `cachepilot proxy` until interrupted; returns the exit status."""
+    try:
+        import httpx  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        err.write(
+            f"cachepilot proxy needs the proxy extra: pip install 'cachepilot[proxy]' ({exc})\n"
+        )
+        return 2
+    from cachepilot.proxy.app import serve
+    from cachepilot.proxy.config import ProxyConfig
+
+    config = ProxyConfig(
+        upstream=args.upstream,
+        host=args.host,
+        port=args.port,
+        provider=args.provider,
+        store=Path(args.store) if args.store else None,
+        thread_header=args.thread_header,
+        key_scope=not args.no_key_scope,
+        recall=not args.no_recall,
+        timeout=args.timeout,
+        metrics=not args.no_metrics,
+    )
+    out.write(
+        f"cachepilot proxy on http://{config.host}:{config.port} -> {config.upstream} "
+        f"(provider profile {config.provider})\n"
+    )
+    out.flush()
+    serve(config)
+    return 0

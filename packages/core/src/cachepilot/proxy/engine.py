@@ -1,0 +1,520 @@
+"""The proxy's request handling, independent of the HTTP server that carries it.
+
+`ProxyEngine.handle(method, path, headers, body)` answers one client request: a model request
+(`POST` to `/v1/chat/completions`, `/v1/responses` or `/v1/messages`) goes through the
+pipeline and the recall loop; anything else, and any body the proxy cannot read, is forwarded
+unchanged, so the client gets the upstream's own answer (its errors included). An upstream
+that cannot be reached answers 502, one that times out 504, both in the API's error shape.
+
+Headers are forwarded as received (authorization included) except hop-by-hop ones and the
+thread header; they are never logged or stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from cachepilot.artifacts import SQLiteArtifactStore
+from cachepilot.messages import ContentPart, Message, ToolCall
+from cachepilot.metrics import Metrics, call_metrics
+from cachepilot.pilot import CachePilot, Config
+from cachepilot.proxy.config import ProxyConfig
+from cachepilot.proxy.memory import ThreadMemory, Threads
+from cachepilot.proxy.pipeline import Pipeline, Prepared
+from cachepilot.proxy.recall import answer, recall_calls, strip_recall, without_recall
+from cachepilot.proxy.relay import Relay, add_usage, sse_bytes
+from cachepilot.proxy.threads import identify
+from cachepilot.recall import RECALL_TOOL_NAME
+from cachepilot.state_store import SQLiteStateStore, StateStore
+from cachepilot.usage import Usage
+from cachepilot.wire import (
+    Api,
+    EventSplitter,
+    WireError,
+    api_from_path,
+    dumps,
+    parse_response,
+    read_view,
+    responses_input,
+)
+from cachepilot.wire._common import simplify
+
+__all__ = ["Answer", "ProxyEngine"]
+
+logger = logging.getLogger(__name__)
+
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "accept-encoding",
+    }
+)
+_RESPONSE_DROP = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}
+)
+
+
+@dataclass(slots=True)
+class Answer:
+    """What to send the client: a whole body, or a stream of bytes."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes = b""
+    stream: AsyncIterator[bytes] | None = None
+
+
+def _error(api: Api | None, status: int, message: str) -> Answer:
+    """An error in the API's own shape (Anthropic or OpenAI)."""
+    if api == "anthropic":
+        kind = "timeout_error" if status == 504 else "api_error"
+        payload: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+    else:
+        payload = {"error": {"message": message, "type": "proxy_error", "param": None,
+                             "code": "upstream_unavailable"}}  # fmt: skip
+    return Answer(status, {"content-type": "application/json"}, dumps(payload).encode())
+
+
+def _stream_error(api: Api, message: str) -> bytes:
+    """An error event for a stream that already started (its status cannot change)."""
+    if api == "anthropic":
+        return sse_bytes("error", {"type": "error", "error": {"type": "api_error",
+                                                               "message": message}})  # fmt: skip
+    if api == "responses":
+        return sse_bytes("error", {"type": "error", "code": "upstream_error", "message": message,
+                                   "param": None, "sequence_number": 0})  # fmt: skip
+    return sse_bytes(None, {"error": {"message": message, "type": "proxy_error"}})
+
+
+def _one(messages: Sequence[Message]) -> Message:
+    """The assistant messages of one reply as one message."""
+    if len(messages) == 1:
+        return messages[0]
+    parts: list[ContentPart] = []
+    calls: list[ToolCall] = []
+    for message in messages:
+        parts.extend(message.parts)
+        calls.extend(message.tool_calls)
+    return Message(role="assistant", content=simplify(parts), tool_calls=tuple(calls))
+
+
+class ProxyEngine:
+    """Answers client requests for one upstream (see the module docstring).
+
+    Args:
+        config: the proxy settings.
+        pilot: the pilot (default: one with `Config(provider=config.provider)` and its
+            archive in `config.store`, else the per-user default archive).
+        state_store: where thread states are kept (default: `config.store`, else memory).
+        transport: an httpx transport for the upstream (tests).
+    """
+
+    def __init__(
+        self,
+        config: ProxyConfig,
+        *,
+        pilot: CachePilot | None = None,
+        state_store: StateStore | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.config = config
+        if pilot is None:
+            store = SQLiteArtifactStore(config.store) if config.store is not None else None
+            pilot = CachePilot(Config(provider=config.provider), store=store)
+        if state_store is None and config.store is not None:
+            state_store = SQLiteStateStore(config.store)
+        self.pilot = pilot
+        self.threads = Threads(pilot, state_store)
+        self.pipeline = Pipeline(pilot, config)
+        self.metrics = Metrics()
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The upstream HTTP client (created on first use, in the serving event loop)."""
+        if self._client is None:
+            timeout = httpx.Timeout(self.config.timeout, connect=min(self.config.timeout, 30.0))
+            self._client = httpx.AsyncClient(
+                timeout=timeout, transport=self._transport, follow_redirects=False
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the upstream client."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    # ------------------------------------------------------------------ entry point
+
+    async def handle(
+        self, method: str, path: str, query: str, headers: Mapping[str, str], raw: bytes
+    ) -> Answer:
+        """Answer one client request (never raises)."""
+        headers = {k.lower(): v for k, v in headers.items()}
+        api = api_from_path(path)
+        if method != "POST" or api is None:
+            return await self._passthrough(
+                method=method, path=path, query=query, headers=headers, raw=raw, api=api
+            )
+        try:
+            body = json.loads(raw)
+        except (UnicodeDecodeError, ValueError):
+            body = None
+        if not isinstance(body, dict):
+            return await self._passthrough(
+                method=method, path=path, query=query, headers=headers, raw=raw, api=api
+            )
+        previous = body.get("previous_response_id")
+        if api == "responses" and isinstance(previous, str):
+            body["previous_response_id"] = self.threads.actual(previous)
+        try:
+            view = read_view(body, api)
+        except WireError:
+            logger.info("forwarding a %s request the proxy cannot read unchanged", api)
+            return await self._passthrough(
+                method=method, path=path, query=query, headers=headers, raw=raw, api=api
+            )
+        thread = identify(
+            headers,
+            view,
+            header=self.config.thread_header,
+            scoped=self.config.key_scope,
+            previous=self.threads.responses,
+        )
+        memory = await self.threads.get(thread.name)
+        async with memory.lock:
+            try:
+                prepared = await asyncio.to_thread(self.pipeline.prepare, view, memory)
+            except Exception:
+                logger.warning(
+                    "thread %s: preparing the request failed; forwarding it unchanged",
+                    thread.name,
+                    exc_info=True,
+                )
+                return await self._passthrough(
+                    method=method, path=path, query=query, headers=headers, raw=raw, api=api
+                )
+            memory.requests += 1
+        logger.debug("thread %s (%s): request %d", thread.name, thread.source, memory.requests)
+        target = self._target(path, query)
+        if body.get("stream") is True:
+            return await self._streamed(api, target, headers, prepared, memory)
+        return await self._complete(api, target, headers, prepared, memory)
+
+    def _target(self, path: str, query: str) -> str:
+        url = self.config.target(path)
+        return f"{url}?{query}" if query else url
+
+    def _forward_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+        drop = _HOP_BY_HOP | {self.config.thread_header}
+        return {k: v for k, v in headers.items() if k not in drop}
+
+    @staticmethod
+    def _reply_headers(response: httpx.Response) -> dict[str, str]:
+        return {k: v for k, v in response.headers.items() if k.lower() not in _RESPONSE_DROP}
+
+    async def _send(
+        self, target: str, headers: Mapping[str, str], payload: bytes, method: str = "POST"
+    ) -> httpx.Response:
+        request = self.client.build_request(
+            method, target, content=payload, headers=self._forward_headers(headers)
+        )
+        return await self.client.send(request, stream=True)
+
+    async def _passthrough(
+        self,
+        *,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        raw: bytes,
+        api: Api | None,
+    ) -> Answer:
+        try:
+            response = await self._send(self._target(path, query), headers, raw, method)
+        except httpx.TimeoutException:
+            return _error(api, 504, f"upstream timed out after {self.config.timeout:g} s")
+        except httpx.HTTPError as exc:
+            return _error(api, 502, f"upstream unreachable: {type(exc).__name__}")
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in response.aiter_raw():
+                    yield chunk
+            except httpx.HTTPError:
+                logger.warning("upstream stream broke off during a forwarded request")
+            finally:
+                await response.aclose()
+
+        return Answer(response.status_code, self._reply_headers(response), stream=relay())
+
+    # ------------------------------------------------------------------ whole replies
+
+    async def _post_json(
+        self, api: Api, target: str, headers: Mapping[str, str], body: Mapping[str, Any]
+    ) -> tuple[httpx.Response | None, bytes, Answer | None]:
+        """(response, its body, None), or (None, b"", the error to send the client)."""
+        late = f"upstream timed out after {self.config.timeout:g} s"
+        try:
+            response = await self._send(target, headers, dumps(body).encode())
+        except httpx.TimeoutException:
+            return None, b"", _error(api, 504, late)
+        except httpx.HTTPError as exc:
+            return None, b"", _error(api, 502, f"upstream unreachable: {type(exc).__name__}")
+        try:
+            data = await response.aread()
+        except httpx.TimeoutException:
+            return None, b"", _error(api, 504, late)
+        except httpx.HTTPError as exc:
+            return None, b"", _error(api, 502, f"upstream broke off: {type(exc).__name__}")
+        finally:
+            await response.aclose()
+        return response, data, None
+
+    async def _complete(
+        self,
+        api: Api,
+        target: str,
+        headers: Mapping[str, str],
+        prepared: Prepared,
+        memory: ThreadMemory,
+    ) -> Answer:
+        history: list[Message] = []
+        usages: list[Mapping[str, Any]] = []
+        body: Mapping[str, Any] = prepared.body
+        rounds = 0
+        while True:
+            response, data, failed = await self._post_json(api, target, headers, body)
+            if failed is not None or response is None:
+                return failed or _error(api, 502, "upstream failed")
+            if response.status_code != 200:
+                return Answer(response.status_code, self._reply_headers(response), data)
+            try:
+                payload = json.loads(data)
+            except ValueError:
+                payload = None
+            if not isinstance(payload, dict):
+                return Answer(response.status_code, self._reply_headers(response), data)
+            info = parse_response(payload, api)
+            self._record(prepared, info.usage, payload.get("model"))
+            if isinstance(payload.get("usage"), Mapping):
+                usages.append(payload["usage"])
+            reply = _one(info.output)
+            calls = recall_calls(reply) if prepared.recall else []
+            mixed = len(calls) < len(reply.tool_calls)
+            if not calls or mixed or rounds >= self.config.max_recall_rounds:
+                break
+            answers = await self._answer(prepared.thread, calls)
+            history.extend([reply, *answers])
+            body = self._follow_up(prepared, memory, history, info.response_id, answers)
+            rounds += 1
+        if calls:
+            answers = await self._answer(prepared.thread, calls)
+            payload = strip_recall(api, payload)
+            self._splice(prepared, memory, without_recall(reply), [*history, reply, *answers])
+        elif history:
+            self._splice(prepared, memory, reply, [*history, reply])
+        if len(usages) > 1:
+            total: dict[str, Any] = {}
+            for block in usages:
+                total = add_usage(total, block)
+            payload["usage"] = total
+        if api == "responses" and info.response_id:
+            self.threads.remember_response(info.response_id, prepared.thread)
+        await self.threads.save(memory)
+        return Answer(200, self._reply_headers(response), dumps(payload).encode())
+
+    async def _answer(self, thread: str, calls: Sequence[ToolCall]) -> list[Message]:
+        return await asyncio.to_thread(lambda: [answer(self.pilot, thread, c) for c in calls])
+
+    def _follow_up(
+        self,
+        prepared: Prepared,
+        memory: ThreadMemory,
+        history: Sequence[Message],
+        response_id: str | None,
+        answers: Sequence[Message],
+    ) -> dict[str, Any]:
+        """The body that asks the upstream again with the recall answers."""
+        if prepared.view.stateful and response_id:
+            body = dict(prepared.body)
+            body["previous_response_id"] = response_id
+            body.pop("conversation", None)
+            body["input"] = responses_input(answers)
+            return body
+        return self.pipeline.write(prepared, memory, [*prepared.messages, *history])
+
+    def _splice(
+        self,
+        prepared: Prepared,
+        memory: ThreadMemory,
+        shown: Message,
+        upstream: Sequence[Message],
+    ) -> None:
+        if prepared.view.stateful:
+            return  # the server holds the conversation, recall exchange included
+        memory.splices.add(shown, upstream)
+
+    def _record(self, prepared: Prepared, usage: Usage | None, model: Any) -> None:
+        """Add one upstream call's usage to the thread's state and metrics."""
+        if usage is None:
+            return
+        try:
+            self.pilot.record_usage(usage, prepared.thread)
+            state = self.pilot.state(prepared.thread)
+            self.metrics.record(
+                call_metrics(
+                    usage,
+                    thread=prepared.thread,
+                    call=max(0, state.calls - 1),
+                    provider=self.config.provider,
+                    recalls=0,
+                    model=str(model) if model else None,
+                )
+            )
+        except Exception:
+            logger.warning("thread %s: usage not recorded", prepared.thread, exc_info=True)
+
+    # ------------------------------------------------------------------ streams
+
+    async def _streamed(
+        self,
+        api: Api,
+        target: str,
+        headers: Mapping[str, str],
+        prepared: Prepared,
+        memory: ThreadMemory,
+    ) -> Answer:
+        try:
+            response = await self._send(target, headers, dumps(prepared.body).encode())
+        except httpx.TimeoutException:
+            return _error(api, 504, f"upstream timed out after {self.config.timeout:g} s")
+        except httpx.HTTPError as exc:
+            return _error(api, 502, f"upstream unreachable: {type(exc).__name__}")
+        kind = response.headers.get("content-type", "")
+        if response.status_code != 200 or "text/event-stream" not in kind:
+            try:
+                data = await response.aread()
+            except httpx.HTTPError as exc:
+                return _error(api, 502, f"upstream broke off: {type(exc).__name__}")
+            finally:
+                await response.aclose()
+            return Answer(response.status_code, self._reply_headers(response), data)
+        return Answer(
+            200,
+            self._reply_headers(response),
+            stream=self._relay(
+                api=api,
+                target=target,
+                headers=headers,
+                prepared=prepared,
+                memory=memory,
+                response=response,
+            ),
+        )
+
+    async def _relay(
+        self,
+        *,
+        api: Api,
+        target: str,
+        headers: Mapping[str, str],
+        prepared: Prepared,
+        memory: ThreadMemory,
+        response: httpx.Response,
+    ) -> AsyncIterator[bytes]:
+        relay = Relay(api, watch=prepared.recall)
+        history: list[Message] = []
+        shown: list[ContentPart] = []
+        current: httpx.Response | None = response
+        rounds = 0
+        try:
+            while current is not None:
+                splitter = EventSplitter()
+                try:
+                    async for chunk in current.aiter_bytes():
+                        for event in splitter.feed(chunk):
+                            out = relay.push(event)
+                            if out is not None:
+                                yield out
+                except (httpx.HTTPError, ValueError) as exc:
+                    logger.warning("thread %s: upstream stream broke off", prepared.thread)
+                    yield _stream_error(api, f"upstream stream broke off: {type(exc).__name__}")
+                    return
+                for event in splitter.close():
+                    out = relay.push(event)
+                    if out is not None:
+                        yield out
+                await current.aclose()
+                current = None
+                self._record(prepared, relay.reply.usage, None)
+                reply = relay.reply.message()
+                if api == "responses" and relay.reply.response_id:
+                    self.threads.remember_response(relay.reply.response_id, prepared.thread)
+                if not relay.holding:
+                    if api == "responses" and relay.response_id and relay.reply.response_id:
+                        self.threads.alias(relay.response_id, relay.reply.response_id)
+                    if history:
+                        visible = Message(
+                            role="assistant",
+                            content=simplify([*shown, *reply.parts]),
+                            tool_calls=reply.tool_calls,
+                        )
+                        self._splice(prepared, memory, visible, [*history, reply])
+                    break
+                calls = recall_calls(reply)
+                answers = await self._answer(prepared.thread, calls)
+                others = [c for c in reply.tool_calls if c.name != RECALL_TOOL_NAME]
+                if others or rounds >= self.config.max_recall_rounds:
+                    for out in relay.flush_without_recall():
+                        yield out
+                    visible = Message(
+                        role="assistant",
+                        content=simplify([*shown, *reply.parts]),
+                        tool_calls=tuple(others),
+                    )
+                    self._splice(prepared, memory, visible, [*history, reply, *answers])
+                    break
+                history.extend([reply, *answers])
+                shown.extend(relay.shown_parts())
+                body = self._follow_up(prepared, memory, history, relay.reply.response_id, answers)
+                try:
+                    current = await self._send(target, headers, dumps(body).encode())
+                except httpx.HTTPError as exc:
+                    yield _stream_error(api, f"upstream unreachable: {type(exc).__name__}")
+                    return
+                if current.status_code != 200:
+                    status = current.status_code
+                    detail = (await current.aread()).decode("utf-8", "replace")[:500]
+                    await current.aclose()
+                    current = None
+                    yield _stream_error(api, f"upstream answered {status}: {detail}")
+                    return
+                relay = relay.next_round()
+                rounds += 1
+        finally:
+            if current is not None:
+                await current.aclose()
+            await self.threads.save(memory)

@@ -1,0 +1,145 @@
+"""What the proxy remembers per thread, and where that is kept between processes.
+
+Per thread, in memory: the last request's messages (so an unchanged history is the very same
+objects again and `reduce_results`/`prepare` cost O(new messages)), the splices (see
+`cachepilot.proxy.recall`), the last request as sent (for Anthropic breakpoints) and a lock.
+The pilot state and the splices are saved after every request to a `StateStore` (one JSON
+document per thread, `cachepilot inspect` reads it) and loaded the first time a thread is
+seen, so a restarted proxy sends the same bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from cachepilot.messages import Message
+from cachepilot.pilot import CachePilot
+from cachepilot.proxy.recall import Splices
+from cachepilot.sim import RenderedRequest
+from cachepilot.state_store import StateStore
+
+__all__ = ["ThreadMemory", "Threads"]
+
+logger = logging.getLogger(__name__)
+
+_PROXY_KEY = "proxy"
+"""Key of the proxy's own part in a stored thread document (a `PilotState` ignores it)."""
+
+
+class ThreadMemory:
+    """One thread's proxy-side memory (see the module docstring)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lock = asyncio.Lock()
+        self.previous: list[Message] = []
+        self.splices = Splices()
+        self.sent: RenderedRequest | None = None
+        self.requests = 0
+
+    def intern(self, messages: Sequence[Message]) -> list[Message]:
+        """`messages` with the leading ones equal to the last request's replaced by those."""
+        out: list[Message] = []
+        previous = self.previous
+        for index, message in enumerate(messages):
+            if index < len(previous) and (previous[index] is message or previous[index] == message):
+                out.append(previous[index])
+                continue
+            out.extend(messages[index:])
+            break
+        self.previous = out
+        return out
+
+
+class Threads:
+    """The threads the proxy serves: memory (LRU), persistence, response ids.
+
+    Args:
+        pilot: the pilot holding the threads' states.
+        store: where states are kept between processes (None: memory only).
+        max_threads: threads held in memory (their states stay in the store).
+    """
+
+    def __init__(
+        self, pilot: CachePilot, store: StateStore | None = None, max_threads: int = 1024
+    ) -> None:
+        self.pilot = pilot
+        self.store = store
+        self._max = max_threads
+        self._threads: OrderedDict[str, ThreadMemory] = OrderedDict()
+        self._responses: OrderedDict[str, str] = OrderedDict()
+        self._aliases: OrderedDict[str, str] = OrderedDict()
+        self._lock = asyncio.Lock()
+
+    async def get(self, name: str) -> ThreadMemory:
+        """The memory of thread `name`, its stored state loaded on first use."""
+        async with self._lock:
+            found = self._threads.get(name)
+            if found is not None:
+                self._threads.move_to_end(name)
+                return found
+            found = ThreadMemory(name)
+            self._threads[name] = found
+            while len(self._threads) > self._max:
+                evicted, _ = self._threads.popitem(last=False)
+                # Its state stays in the store; the pilot's live copy and caches go.
+                self.pilot.drop_thread(evicted, artifacts=False)
+        if self.store is not None:
+            try:
+                saved = await self.store.load(name)
+            except Exception:
+                logger.warning("thread %s: its stored state could not be read", name, exc_info=True)
+                saved = None
+            if saved:
+                self._restore(found, saved)
+        return found
+
+    def _restore(self, memory: ThreadMemory, saved: str) -> None:
+        try:
+            data = json.loads(saved)
+            proxy = data.pop(_PROXY_KEY, None) if isinstance(data, dict) else None
+            self.pilot.load_state(memory.name, data)
+            memory.splices = Splices.from_json((proxy or {}).get("splices"))
+        except Exception:
+            logger.warning("thread %s: ignoring an unreadable stored state", memory.name)
+
+    async def save(self, memory: ThreadMemory) -> None:
+        """Store the thread's pilot state and splices (failures are logged, never raised)."""
+        if self.store is None:
+            return
+        doc: dict[str, Any] = self.pilot.export_state(memory.name)
+        doc[_PROXY_KEY] = {"splices": memory.splices.to_json()}
+        try:
+            await self.store.save(memory.name, json.dumps(doc, ensure_ascii=False))
+        except Exception:
+            logger.warning("thread %s: its state could not be stored", memory.name, exc_info=True)
+
+    def remember_response(self, response_id: str, thread: str) -> None:
+        """Note which thread a Responses id belongs to (for `previous_response_id`)."""
+        self._responses[response_id] = thread
+        while len(self._responses) > 16 * self._max:
+            self._responses.popitem(last=False)
+
+    def alias(self, shown: str, actual: str) -> None:
+        """A streamed reply shown under id `shown` ended in upstream response `actual`."""
+        self._aliases[shown] = actual
+        while len(self._aliases) > 16 * self._max:
+            self._aliases.popitem(last=False)
+
+    def actual(self, response_id: str) -> str:
+        """The upstream response an id shown to a client stands for."""
+        return self._aliases.get(response_id, response_id)
+
+    @property
+    def responses(self) -> OrderedDict[str, str]:
+        """Thread by response id."""
+        return self._responses
+
+    def names(self) -> list[str]:
+        """Threads held in memory, least recently used first."""
+        return list(self._threads)

@@ -1,0 +1,195 @@
+"""One client request body in, the body to send upstream out.
+
+For a request of thread T: the messages the upstream saw instead of what the client was shown
+are spliced back, the history is interned against T's previous request, every tool result is
+shown as its reduced view (`CachePilot.reduce_results`: ingested and archived the first time
+it is seen, the same text on every later request), `CachePilot.prepare` canonicalizes the
+system prompt, orders the tools with `recall` among them and applies the thread's plan, and
+the result is written back into the client's body (every field the proxy does not change is
+kept). For Anthropic Messages, `cache_control` breakpoints are added where they pay (see
+`cachepilot.proxy.breakpoints`).
+
+A Responses request that continues a server-held conversation (`previous_response_id`,
+`conversation`) carries only its newest items: their tool results are reduced, and nothing
+else is rewritten (the server holds the rest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cachepilot.canonical import tool_name
+from cachepilot.messages import Message
+from cachepilot.pilot import CachePilot
+from cachepilot.proxy.breakpoints import plan_breakpoints
+from cachepilot.proxy.config import ProxyConfig
+from cachepilot.proxy.memory import ThreadMemory
+from cachepilot.proxy.recall import recall_tool
+from cachepilot.recall import RECALL_TOOL_NAME
+from cachepilot.sim import ProviderProfile, Request, get_profile, render_request
+from cachepilot.tokens import get_counter
+from cachepilot.wire import BodyView, Source, mark_breakpoints, read_view, write_view
+
+__all__ = ["Pipeline", "Prepared"]
+
+_DEFAULT_CONTROL: dict[str, Any] = {"type": "ephemeral"}
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A client request made ready for the upstream.
+
+    Attributes:
+        body: the body to send.
+        thread: the request's thread.
+        view: the client's body as read.
+        inputs: the client's messages (spliced, interned) the sent ones derive from.
+        sources: their origins in the client's body.
+        system: the system prompt sent.
+        messages: the messages sent.
+        tools: the tools sent.
+        recall: the recall tool is offered.
+        added_marks: Anthropic breakpoints the proxy added (message indices, -1 the header).
+    """
+
+    body: dict[str, Any]
+    thread: str
+    view: BodyView
+    inputs: list[Message]
+    sources: list[Source | None]
+    system: str | None
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    recall: bool
+    added_marks: list[int] = field(default_factory=list)
+
+
+class Pipeline:
+    """Builds upstream bodies for one pilot (see the module docstring)."""
+
+    def __init__(self, pilot: CachePilot, config: ProxyConfig) -> None:
+        self.pilot = pilot
+        self.config = config
+        profile = get_profile(config.provider)
+        self._breakpoints: ProviderProfile = (
+            profile if profile.match == "breakpoints" else get_profile("anthropic")
+        )
+
+    def prepare(self, view: BodyView, memory: ThreadMemory) -> Prepared:
+        """The upstream body for one client request (call under the thread's lock)."""
+        thread = memory.name
+        client_tools = [dict(t) for t in view.tools]
+        names = {tool_name(t) for t in client_tools}
+        offer = self.config.recall and bool(client_tools) and RECALL_TOOL_NAME not in names
+        marks: dict[str, tuple[Any, bool]] = {}
+        if view.api == "anthropic":
+            for i, tool in enumerate(client_tools):
+                if "cache_control" in tool:
+                    marks[tool_name(tool)] = (tool.pop("cache_control"), i == len(client_tools) - 1)
+        tools = [*client_tools, recall_tool(view.api)] if offer else client_tools
+        spliced, sources = memory.splices.expand(view.messages, view.sources)
+        inputs = memory.intern(spliced)
+        reduced = self.pilot.reduce_results(inputs, thread, recall=offer)
+        if view.stateful:
+            system, messages, out_tools = view.system, reduced, tools
+        else:
+            system, messages, out_tools = self.pilot.prepare(
+                view.system, reduced, tools, thread, now=self.config.clock(), recall=offer
+            )
+        out_tools = _restore_tool_marks(list(out_tools), marks)
+        prepared = Prepared(
+            body={},
+            thread=thread,
+            view=view,
+            inputs=inputs,
+            sources=sources,
+            system=system,
+            messages=list(messages),
+            tools=out_tools,
+            recall=offer,
+        )
+        prepared.body = self.write(prepared, memory, prepared.messages)
+        return prepared
+
+    def write(
+        self, prepared: Prepared, memory: ThreadMemory, messages: Sequence[Message]
+    ) -> dict[str, Any]:
+        """The upstream body carrying `messages` (a recall follow-up appends to the sent ones)."""
+        body = write_view(
+            prepared.view,
+            prepared.system,
+            messages,
+            prepared.tools,
+            inputs=prepared.inputs,
+            sources=prepared.sources,
+        )
+        if prepared.view.api != "anthropic":
+            return body
+        written = read_view(body, "anthropic")
+        request = Request(
+            system=written.system,
+            messages=written.messages,
+            tools=[{k: v for k, v in t.items() if k != "cache_control"} for t in written.tools],
+        )
+        rendered = render_request(request, get_counter())
+        client = written.breakpoints or []
+        added = plan_breakpoints(rendered, client, memory.sent, self._breakpoints)
+        memory.sent = rendered
+        prepared.added_marks = added
+        if not added:
+            return body
+        controls = _client_controls(body, written)
+        for index in added:
+            body = mark_breakpoints(body, written, [index], _control_for(index, controls))
+        return body
+
+
+def _restore_tool_marks(
+    tools: list[dict[str, Any]], marks: Mapping[str, tuple[Any, bool]]
+) -> list[dict[str, Any]]:
+    """The client's tool `cache_control` marks put back after canonical ordering: a mark on
+    the client's last tool goes on the last tool (it meant "end of tools"), others stay on
+    their tool."""
+    if not marks:
+        return tools
+    out = [dict(t) for t in tools]
+    for name, (control, was_last) in marks.items():
+        target = len(out) - 1 if was_last else next(
+            (i for i, t in enumerate(out) if tool_name(t) == name), None
+        )  # fmt: skip
+        if target is not None and out:
+            out[target]["cache_control"] = control
+    return out
+
+
+def _client_controls(body: Mapping[str, Any], view: BodyView) -> list[tuple[int, Any]]:
+    """The client's `cache_control` objects with the message index they mark (-1: header)."""
+    found: list[tuple[int, Any]] = []
+    system = body.get("system")
+    for block in system if isinstance(system, list) else ():
+        if isinstance(block, Mapping) and "cache_control" in block:
+            found.append((-1, block["cache_control"]))
+    for tool in body.get("tools") or ():
+        if isinstance(tool, Mapping) and "cache_control" in tool:
+            found.append((-1, tool["cache_control"]))
+    raw = body.get("messages") or []
+    for index, source in enumerate(view.sources):
+        content = raw[source.index].get("content")
+        if isinstance(content, list):
+            for k in source.blocks:
+                block = content[k]
+                if isinstance(block, Mapping) and "cache_control" in block:
+                    found.append((index, block["cache_control"]))
+    return found
+
+
+def _control_for(index: int, controls: Sequence[tuple[int, Any]]) -> Mapping[str, Any]:
+    """The mark to add at `index`: a copy of the client's nearest mark before it (else the
+    nearest after it), so TTLs never grow along the prompt; plain ephemeral otherwise."""
+    before = [c for i, c in controls if i <= index]
+    if before:
+        return dict(before[-1])
+    after = [c for i, c in controls if i > index]
+    return dict(after[0]) if after else dict(_DEFAULT_CONTROL)

@@ -1,0 +1,104 @@
+"""Which thread a request belongs to.
+
+The rule, first match wins:
+
+1. the explicit header (`x-cachepilot-thread: <name>`, 1 to 200 printable characters);
+2. a thread key in the body (`metadata.session_id` and the other conversation keys, then
+   `prompt_cache_key`, `metadata.user_id`, `user`, `safety_identifier`), together with the
+   system prompt in placeholder form, so side requests that reuse the key with another
+   system prompt (title generation, sub-agents) get threads of their own;
+3. a Responses request continuing a response this proxy served (`previous_response_id`):
+   that response's thread;
+4. a digest of the exact system prompt and first user message. Two clients that send the
+   same system prompt and first message share that thread (its plan and archive): send the
+   header in multi-tenant deployments.
+
+With key scoping (the default) every thread name starts with a digest of the request's API
+key (`Authorization`, `x-api-key` or `api-key`), so requests under two keys never share a
+thread, nor its archive. The key itself is never stored or logged; names from the body are
+digests too, so no body value leaks into logs or the state store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from cachepilot.canonical import canonicalize_text
+from cachepilot.wire import BodyView, thread_keys
+
+__all__ = ["AUTH_HEADERS", "ThreadId", "identify", "key_scope"]
+
+AUTH_HEADERS = ("authorization", "x-api-key", "api-key")
+_MAX_NAME = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadId:
+    """A request's thread and how it was found (`header`, `key:<name>`, `previous`, `hash`)."""
+
+    name: str
+    source: str
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()[:24]
+
+
+def key_scope(headers: Mapping[str, str]) -> str | None:
+    """A digest naming the request's API key (None when the request carries none)."""
+    for name in AUTH_HEADERS:
+        value = headers.get(name)
+        if value:
+            return "a" + _digest("cachepilot-proxy-key", value)[:12]
+    return None
+
+
+def _valid_name(value: str) -> bool:
+    return 0 < len(value) <= _MAX_NAME and value.isprintable() and value.strip() == value
+
+
+def identify(
+    headers: Mapping[str, str],
+    view: BodyView,
+    *,
+    header: str,
+    scoped: bool,
+    previous: Mapping[str, str] | None = None,
+) -> ThreadId:
+    """The thread of one request (see the module docstring for the rule).
+
+    Args:
+        headers: the request headers, lower-case names.
+        view: the body as read.
+        header: the name of the explicit thread header.
+        scoped: prefix the name with the API key's digest.
+        previous: thread by response id, for Responses `previous_response_id`.
+    """
+    found: ThreadId | None = None
+    explicit = headers.get(header)
+    if explicit is not None and _valid_name(explicit):
+        found = ThreadId(explicit, "header")
+    if found is None:
+        keys = thread_keys(view.body)
+        if keys:
+            name, value = next(iter(keys.items()))
+            system = canonicalize_text(view.system).text if view.system else ""
+            found = ThreadId("k-" + _digest(name, value, system), f"key:{name}")
+    if found is None and previous is not None:
+        earlier = view.body.get("previous_response_id")
+        if isinstance(earlier, str) and earlier in previous:
+            return ThreadId(previous[earlier], "previous")  # already scoped
+    if found is None:
+        first = next((m.text for m in view.messages if m.role == "user"), "")
+        found = ThreadId("h-" + _digest(view.system or "", first), "hash")
+    if scoped:
+        scope = key_scope(headers)
+        if scope is not None:
+            return ThreadId(f"{scope}/{found.name}", found.source)
+    return found

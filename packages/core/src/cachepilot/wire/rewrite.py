@@ -1,0 +1,629 @@
+"""Request bodies read with provenance, and neutral messages written back into them.
+
+A proxy changes a few things in a request (tool results shown as their reduced views, the
+system prompt canonicalized, a fold summary in place of a range, the recall tool) and must
+leave everything else exactly as the client sent it: unknown fields, item ids, Anthropic
+`cache_control` marks, thinking signatures. `read_view` reads a body with the wire readers
+and remembers, for each neutral message, where in the body it came from (`Source`);
+`write_view` builds a new body from the original one in which every message that did not
+change is copied from the original JSON, a changed message keeps its original element with
+only its content replaced, and only messages with no origin are written from neutral form.
+The original body is never mutated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cachepilot.messages import ContentPart, Message, ReasoningPart
+from cachepilot.plan import FOLD_ID_PREFIX
+from cachepilot.wire._common import Api, Reader, WireError, text_of
+from cachepilot.wire.anthropic import anthropic_blocks, read_anthropic
+from cachepilot.wire.chat import chat_message, chat_messages
+from cachepilot.wire.responses import responses_input, responses_items
+
+__all__ = [
+    "BodyView",
+    "Source",
+    "align",
+    "mark_breakpoints",
+    "read_view",
+    "split_like",
+    "write_view",
+]
+
+_SEP = "\n\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where one neutral message came from in a request body.
+
+    Attributes:
+        index: the raw message index (`messages[index]`; for Responses, the first `input`
+            item).
+        end: one past the last raw element (Responses items; `index + 1` otherwise).
+        blocks: Anthropic only: the indices of the content blocks of `messages[index]` the
+            message was read from (empty when the content is a plain string).
+    """
+
+    index: int
+    end: int
+    blocks: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class BodyView:
+    """A request body in neutral form, with the provenance of every message.
+
+    Attributes:
+        api: the body's API.
+        body: the body as received (never mutated).
+        system: the system prompt as the wire readers build it (pieces joined by a blank line).
+        system_texts: the pieces joined into `system`, in order (system messages or blocks,
+            Responses `instructions` first).
+        head: Chat: raw leading system messages; Responses: leading system items of `input`.
+        messages: the conversation.
+        sources: one `Source` per message.
+        tools: the tool definitions as received.
+        breakpoints: Anthropic: indices of the messages carrying a `cache_control` mark (-1
+            for the system prompt or the tools); None when there is none.
+        stateful: Responses only: the body continues a conversation held by the server
+            (`previous_response_id` or `conversation`): it carries only the newest items.
+    """
+
+    api: Api
+    body: Mapping[str, Any]
+    system: str | None
+    system_texts: tuple[str, ...]
+    head: int
+    messages: list[Message]
+    sources: list[Source]
+    tools: tuple[Mapping[str, Any], ...]
+    breakpoints: list[int] | None = None
+    stateful: bool = False
+
+
+def read_view(body: Mapping[str, Any], api: Api) -> BodyView:
+    """Read a request body strictly, remembering where each message came from.
+
+    Raises:
+        WireError: when the body is not a request of `api` (what the API would reject).
+    """
+    if not isinstance(body, Mapping):
+        raise WireError("a request body must be a JSON object")
+    if api == "chat":
+        return _read_chat(body)
+    if api == "responses":
+        return _read_responses(body)
+    return _read_anthropic(body)
+
+
+def _read_chat(body: Mapping[str, Any]) -> BodyView:
+    reader = Reader(strict=True)
+    raw = body.get("messages")
+    if not isinstance(raw, list):
+        raise WireError("messages must be a list of message objects", "messages")
+    system: list[str] = []
+    messages: list[Message] = []
+    sources: list[Source] = []
+    names: dict[str, str] = {}
+    head = 0
+    for i, entry in enumerate(raw):
+        data = reader.obj(entry, f"messages[{i}]")
+        assert data is not None  # strict: obj raises instead
+        message = chat_message(data, f"messages[{i}]", names, reader)
+        if message.role == "system" and not messages:
+            system.append(text_of(message.content))
+            head = i + 1
+            continue
+        messages.append(message)
+        sources.append(Source(i, i + 1))
+    return BodyView(
+        api="chat",
+        body=body,
+        system=_SEP.join(system) if system else None,
+        system_texts=tuple(system),
+        head=head,
+        messages=messages,
+        sources=sources,
+        tools=reader.tools(body),
+    )
+
+
+def _read_responses(body: Mapping[str, Any]) -> BodyView:
+    reader = Reader(strict=True)
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise WireError("instructions must be a string", "instructions")
+    spans: list[tuple[int, int]] = []
+    items = responses_items(body.get("input"), spans=spans)
+    pieces: list[str] = [instructions] if instructions else []
+    head = 0
+    index = 0
+    while index < len(items) and items[index].role == "system":
+        pieces.append(items[index].text)
+        head = spans[index][1]
+        index += 1
+    stateful = body.get("previous_response_id") is not None or body.get("conversation") is not None
+    return BodyView(
+        api="responses",
+        body=body,
+        system=_SEP.join(pieces) if pieces else None,
+        system_texts=tuple(pieces),
+        head=head,
+        messages=items[index:],
+        sources=[Source(a, b) for a, b in spans[index:]],
+        tools=reader.tools(body),
+        stateful=stateful,
+    )
+
+
+def _read_anthropic(body: Mapping[str, Any]) -> BodyView:
+    raw = body.get("messages")
+    if not isinstance(raw, list):
+        raise WireError("an Anthropic body needs a 'messages' list", "messages")
+    raw_system = body.get("system")
+    if raw_system is not None and not isinstance(raw_system, str | list):
+        raise WireError("system must be a string or a list of text blocks", "system")
+    system, _, marks = read_anthropic({"system": raw_system, "messages": []})
+    texts: tuple[str, ...] = ()
+    if isinstance(raw_system, str):
+        texts = (raw_system,)
+    elif isinstance(raw_system, list):
+        texts = tuple(str(b.get("text", "")) for b in raw_system if isinstance(b, Mapping))
+    breakpoints: set[int] = set(marks or ())
+    tools = Reader(strict=True).tools(body)
+    if any("cache_control" in t for t in tools):
+        breakpoints.add(-1)
+    messages: list[Message] = []
+    sources: list[Source] = []
+    names: dict[str, str] = {}
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping):
+            raise WireError(f"messages[{i}] must be a JSON object", f"messages[{i}]")
+        role = entry.get("role")
+        if role not in ("user", "assistant"):
+            raise WireError(f"messages[{i}].role must be 'user' or 'assistant'", f"messages[{i}]")
+        content = entry.get("content")
+        if not isinstance(content, str | list):
+            raise WireError(f"messages[{i}].content must be a string or a list", f"messages[{i}]")
+        _, found, local = read_anthropic({"messages": [entry]})
+        blocks = content if isinstance(content, list) else []
+        results = [
+            k
+            for k, b in enumerate(blocks)
+            if isinstance(b, Mapping) and b.get("type") == "tool_result"
+        ]
+        rest = tuple(k for k in range(len(blocks)) if k not in set(results))
+        offset = len(messages)
+        for n, message in enumerate(found):
+            if message.role == "assistant":
+                names.update((c.id, c.name) for c in message.tool_calls)
+                source = Source(i, i + 1, tuple(range(len(blocks))))
+            elif message.role == "tool":
+                message = Message(  # noqa: PLW2901 - the name is known from earlier turns only
+                    role="tool",
+                    content=message.content,
+                    tool_call_id=message.tool_call_id,
+                    name=names.get(str(message.tool_call_id)),
+                )
+                source = Source(i, i + 1, (results[n],))
+            else:
+                source = Source(i, i + 1, rest)
+            messages.append(message)
+            sources.append(source)
+        breakpoints.update(offset + k for k in local or ())
+    return BodyView(
+        api="anthropic",
+        body=body,
+        system=system,
+        system_texts=texts,
+        head=0,
+        messages=messages,
+        sources=sources,
+        tools=tools,
+        breakpoints=sorted(breakpoints) or None,
+    )
+
+
+# --------------------------------------------------------------------------- alignment
+
+
+def align(outputs: Sequence[Message], inputs: Sequence[Message]) -> list[int | None]:
+    """For each output message, the index of the input message it stands for (None: new).
+
+    Outputs keep the order of their inputs. An output is its input when it is the same object;
+    a changed tool result is found by its call id; a fold summary is new; any other changed
+    message (a user message carrying the dynamic-context block) stands for the next input of
+    the same role.
+    """
+    where = {id(m): i for i, m in enumerate(inputs)}
+    by_call: dict[str, list[int]] = {}
+    for i, m in enumerate(inputs):
+        if m.role == "tool":
+            by_call.setdefault(str(m.tool_call_id), []).append(i)
+    out: list[int | None] = []
+    last = -1
+    for message in outputs:
+        found = where.get(id(message))
+        if found is not None and inputs[found] is message:
+            out.append(found)
+            last = max(last, found)
+            continue
+        if message.id is not None and message.id.startswith(FOLD_ID_PREFIX):
+            out.append(None)
+            continue
+        match: int | None = None
+        if message.role == "tool":
+            match = next((i for i in by_call.get(str(message.tool_call_id), ()) if i > last), None)
+        else:
+            match = next(
+                (i for i in range(last + 1, len(inputs)) if inputs[i].role == message.role), None
+            )
+        out.append(match)
+        if match is not None:
+            last = match
+    return out
+
+
+def split_like(text: str, pieces: Sequence[str]) -> list[str] | None:
+    """Cut `text` (a rewrite of `pieces` joined by blank lines) back into as many pieces.
+
+    Canonicalization replaces spans that hold no line break, so every newline of the joined
+    text survives in order: the cut points are found by counting newlines. Text added at the
+    end (a context block at the system tail) stays with the last piece. None when the
+    newlines do not line up (then the caller writes the text as one piece).
+    """
+    if len(pieces) <= 1:
+        return [text]
+    newlines = [i for i, c in enumerate(text) if c == "\n"]
+    out: list[str] = []
+    start = 0
+    seen = 0
+    for piece in pieces[:-1]:
+        seen += piece.count("\n")
+        if seen + 1 >= len(newlines):
+            return None
+        first, second = newlines[seen], newlines[seen + 1]
+        if second != first + 1:
+            return None
+        out.append(text[start:first])
+        start = second + 1
+        seen += 2
+    out.append(text[start:])
+    if out[-1].count("\n") < pieces[-1].count("\n"):
+        return None
+    return out
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _prefix_parts(new: Message, old: Message) -> tuple[ContentPart, ...] | None:
+    """The parts `new` carries before all of `old`'s (None when `new` does not end with them)."""
+    old_parts, new_parts = old.parts, new.parts
+    if len(new_parts) < len(old_parts):
+        return None
+    cut = len(new_parts) - len(old_parts)
+    if tuple(new_parts[cut:]) != tuple(old_parts):
+        return None
+    return tuple(new_parts[:cut])
+
+
+def write_view(
+    view: BodyView,
+    system: str | None,
+    outputs: Sequence[Message],
+    tools: Sequence[Mapping[str, Any]] | None,
+    *,
+    inputs: Sequence[Message] | None = None,
+    sources: Sequence[Source | None] | None = None,
+) -> dict[str, Any]:
+    """A new body: the original with its system prompt, messages and tools replaced.
+
+    Args:
+        view: the body as read.
+        system: the system prompt to send.
+        outputs: the messages to send.
+        tools: the tools to send (None: as received).
+        inputs: the messages `outputs` derive from (default: `view.messages`); unchanged ones
+            are copied from the original body.
+        sources: the origin of each input (default: `view.sources`; None for a message that
+            has none in this body).
+    """
+    inputs = view.messages if inputs is None else inputs
+    sources = view.sources if sources is None else sources
+    positions = align(outputs, inputs)
+    pairs: list[tuple[Message, Message | None, Source | None]] = []
+    for message, pos in zip(outputs, positions, strict=True):
+        if pos is None:
+            pairs.append((message, None, None))
+        else:
+            pairs.append((message, inputs[pos], sources[pos]))
+    body = dict(view.body)
+    if view.api == "chat":
+        _write_chat(body, view, system, pairs)
+    elif view.api == "responses":
+        _write_responses(body, view, system, pairs)
+    else:
+        _write_anthropic(body, view, system, pairs)
+    if tools is not None and (tools or "tools" in body):
+        body["tools"] = [dict(t) for t in tools]
+    return body
+
+
+def _content_text(content: Any, text: str) -> Any:
+    """A system message's content with its text replaced (one text part stays a part)."""
+    if isinstance(content, list) and len(content) == 1 and isinstance(content[0], Mapping):
+        return [{**content[0], "text": text}]
+    return text
+
+
+def _write_chat(
+    body: dict[str, Any],
+    view: BodyView,
+    system: str | None,
+    pairs: Sequence[tuple[Message, Message | None, Source | None]],
+) -> None:
+    raw: list[Any] = list(view.body.get("messages") or [])
+    head = raw[: view.head]
+    if system != view.system:
+        pieces = split_like(system or "", view.system_texts) if head else None
+        if pieces is not None and len(pieces) == len(head) and system is not None:
+            head = [
+                {**entry, "content": _content_text(entry.get("content"), piece)}
+                for entry, piece in zip(head, pieces, strict=True)
+            ]
+        elif system is not None:
+            role = head[0].get("role", "system") if head else "system"
+            head = [{"role": role, "content": system}]
+        else:
+            head = []
+    out: list[Any] = list(head)
+    for message, origin, source in pairs:
+        fresh = chat_messages(None, [message])[0]
+        if source is None or origin is None:
+            out.append(fresh)
+        elif message is origin:
+            out.append(raw[source.index])
+        elif message.role in ("tool", "user", "system"):
+            out.append({**raw[source.index], "content": fresh["content"]})
+        else:
+            out.append(fresh)
+    body["messages"] = out
+
+
+def _write_responses(
+    body: dict[str, Any],
+    view: BodyView,
+    system: str | None,
+    pairs: Sequence[tuple[Message, Message | None, Source | None]],
+) -> None:
+    raw_input = view.body.get("input")
+    items: list[Any] = raw_input if isinstance(raw_input, list) else []
+    head: list[Any] = list(items[: view.head])
+    instructions = view.body.get("instructions")
+    if system != view.system:
+        pieces = split_like(system or "", view.system_texts)
+        expected = (1 if instructions else 0) + len(head)
+        if system is not None and pieces is not None and len(pieces) == expected:
+            if instructions:
+                body["instructions"], pieces = pieces[0], pieces[1:]
+            head = [
+                {**item, "content": _content_text(item.get("content"), piece)}
+                for item, piece in zip(head, pieces, strict=True)
+            ]
+        else:
+            head = []
+            if system is None:
+                body.pop("instructions", None)
+            else:
+                body["instructions"] = system
+    if isinstance(raw_input, str) and len(pairs) == 1 and not head:
+        message, origin, _ = pairs[0]
+        if message is origin or isinstance(message.content, str):
+            body["input"] = message.content if message is not origin else raw_input
+            return
+    out: list[Any] = list(head)
+    for message, origin, source in pairs:
+        if source is None or origin is None or not items:
+            out.extend(responses_input([message]))
+        elif message is origin:
+            out.extend(items[source.index : source.end])
+        elif message.role == "tool" and source.end == source.index + 1:
+            fresh = responses_input([message])[0]
+            out.append({**items[source.index], "output": fresh["output"]})
+        elif message.role in ("user", "system") and source.end == source.index + 1:
+            fresh = responses_input([message])[0]
+            item = items[source.index]
+            content = fresh["content"]
+            if isinstance(item.get("content"), list) and isinstance(content, str):
+                content = [{"type": "input_text", "text": content}]
+            out.append({**item, "content": content})
+        else:
+            out.extend(responses_input([message]))
+    body["input"] = out
+
+
+def _tool_result_content(message: Message, block: Mapping[str, Any]) -> Any:
+    """A tool result's new content in the shape of its original `content`."""
+    original = block.get("content")
+    text = message.text
+    if not isinstance(original, list):
+        return text
+    others = [
+        b for b in original if not (isinstance(b, Mapping) and b.get("type") in ("text", None))
+    ]
+    return [{"type": "text", "text": text}, *others] if text else others
+
+
+def _anthropic_new(message: Message) -> dict[str, Any]:
+    """A message with no origin in the body, as a Messages entry."""
+    if message.role == "assistant":
+        return {"role": "assistant", "content": anthropic_blocks(message)}
+    if message.role == "tool":
+        content: Any = message.content
+        if not isinstance(content, str):
+            visible = tuple(p for p in content if not isinstance(p, ReasoningPart))
+            content = anthropic_blocks(Message(role="user", content=visible))
+        block = {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": content}
+        return {"role": "user", "content": [block]}
+    if isinstance(message.content, str):
+        return {"role": "user", "content": message.content}
+    return {"role": "user", "content": anthropic_blocks(message)}
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One Messages entry being written: its origin (raw index or None) and its content."""
+
+    origin: int | None
+    role: str
+    content: Any
+    base: Mapping[str, Any]
+
+
+def _write_anthropic(
+    body: dict[str, Any],
+    view: BodyView,
+    system: str | None,
+    pairs: Sequence[tuple[Message, Message | None, Source | None]],
+) -> None:
+    raw: list[Any] = list(view.body.get("messages") or [])
+    if system != view.system:
+        raw_system = view.body.get("system")
+        if system is None:
+            body.pop("system", None)
+        elif isinstance(raw_system, list) and raw_system:
+            texts = [b for b in raw_system if isinstance(b, Mapping)]
+            pieces = split_like(system, view.system_texts)
+            if pieces is not None and len(pieces) == len(texts):
+                body["system"] = [{**b, "text": p} for b, p in zip(texts, pieces, strict=True)]
+            else:
+                mark = {k: v for k, v in texts[-1].items() if k == "cache_control"}
+                body["system"] = [{"type": "text", "text": system, **mark}]
+        else:
+            body["system"] = system
+    entries: list[_Entry] = []
+    for message, origin, source in pairs:
+        if source is None or origin is None:
+            made = _anthropic_new(message)
+            entries.append(_Entry(None, made["role"], made["content"], {}))
+            continue
+        entry = raw[source.index]
+        content = entry.get("content")
+        piece: Any
+        if message is origin:
+            piece = content if isinstance(content, str) else [content[k] for k in source.blocks]
+        elif message.role == "tool" and isinstance(content, list) and source.blocks:
+            block = content[source.blocks[0]]
+            piece = [{**block, "content": _tool_result_content(message, block)}]
+        elif isinstance(content, str) and isinstance(message.content, str):
+            piece = message.content
+        else:
+            prefix = _prefix_parts(message, origin)
+            if prefix is not None:
+                head = anthropic_blocks(Message(role="user", content=prefix))
+                kept = [{"type": "text", "text": content}] if isinstance(content, str) else [
+                    content[k] for k in source.blocks
+                ]  # fmt: skip
+                piece = [*head, *kept]
+            else:
+                piece = _anthropic_new(message)["content"]
+        last = entries[-1] if entries else None
+        if last is not None and last.origin == source.index:
+            last.content = _as_blocks(last.content) + _as_blocks(piece)
+        else:
+            entries.append(_Entry(source.index, str(entry.get("role")), piece, entry))
+    merged: list[_Entry] = []
+    for item in entries:
+        last = merged[-1] if merged else None
+        if (
+            last is not None
+            and last.role == item.role == "user"
+            and (last.origin is None or item.origin is None)
+        ):
+            # A result the proxy added joins the client's own user turn next to it.
+            last.content = _as_blocks(last.content) + _as_blocks(item.content)
+            if last.origin is None:
+                last.origin, last.base = item.origin, item.base
+            continue
+        merged.append(item)
+    body["messages"] = [
+        {**item.base, "role": item.role, "content": item.content} for item in merged
+    ]
+
+
+def _as_blocks(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return list(content)
+
+
+def mark_breakpoints(
+    body: dict[str, Any], view: BodyView, indices: Sequence[int], control: Mapping[str, Any]
+) -> dict[str, Any]:
+    """`body` (read as `view`) with a `cache_control` mark after each message in `indices`.
+
+    -1 marks the end of tools + system (the last system block, else the last tool). A mark
+    goes on the last block of the message (a plain-string content becomes one text block);
+    a message already marked is left alone. Returns a copy; `body` is not mutated.
+    """
+    out = dict(body)
+    messages: list[Any] = list(out.get("messages") or [])
+    for index in sorted(set(indices)):
+        if index == -1:
+            system = out.get("system")
+            if isinstance(system, str) and system:
+                out["system"] = [{"type": "text", "text": system, "cache_control": dict(control)}]
+            elif isinstance(system, list) and system:
+                blocks = list(system)
+                if "cache_control" not in blocks[-1]:
+                    blocks[-1] = {**blocks[-1], "cache_control": dict(control)}
+                out["system"] = blocks
+            elif isinstance(out.get("tools"), list) and out["tools"]:
+                tools = list(out["tools"])
+                if "cache_control" not in tools[-1]:
+                    tools[-1] = {**tools[-1], "cache_control": dict(control)}
+                out["tools"] = tools
+            continue
+        if not 0 <= index < len(view.sources):
+            continue
+        source = view.sources[index]
+        entry = dict(messages[source.index])
+        content = entry.get("content")
+        if isinstance(content, str):
+            if not content:
+                continue
+            entry["content"] = [{"type": "text", "text": content, "cache_control": dict(control)}]
+        elif isinstance(content, list) and source.blocks:
+            at = _markable(content, source.blocks)
+            if at is None:
+                continue
+            blocks = list(content)
+            if "cache_control" not in blocks[at]:
+                blocks[at] = {**blocks[at], "cache_control": dict(control)}
+            entry["content"] = blocks
+        else:
+            continue
+        messages[source.index] = entry
+    out["messages"] = messages
+    return out
+
+
+def _markable(content: Sequence[Any], blocks: Sequence[int]) -> int | None:
+    """The last block of `blocks` that may carry a mark (not thinking, not empty text)."""
+    for k in reversed(blocks):
+        block = content[k]
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind in ("thinking", "redacted_thinking"):
+            continue
+        if kind == "text" and not block.get("text"):
+            continue
+        return k
+    return None
