@@ -62,13 +62,11 @@ def _inject(agent: Any, kwargs: dict[str, Any]) -> Any:
         agent = cp.wrap(agent)
     base = kwargs.get("run_config")
     if isinstance(base, dict):
-        from agents.run_config import _coerce_run_config
-
-        try:
-            base = _coerce_run_config(base)
-        except Exception:
+        try:  # the plugin reads the dictionary form as the SDK does (provider ownership too)
+            kwargs["run_config"] = cp.run_config(base)
+        except ValueError:
             return agent  # the SDK rejects it; let it say so
-    if base is None or isinstance(base, RunConfig):
+    elif base is None or isinstance(base, RunConfig):
         kwargs["run_config"] = cp.run_config(base)
     hooks = kwargs.get("hooks")
     if hooks is None:
