@@ -17,6 +17,7 @@ from agents import (
     AgentHooks,
     RunConfig,
     RunHooks,
+    Runner,
     SQLiteSession,
     ToolGuardrailFunctionOutput,
     ToolOutputGuardrailTripwireTriggered,
@@ -344,6 +345,59 @@ def test_the_provider_a_run_creates_is_closed_once_per_run(
     assert counts(None) == (2, 2)
     cp = CachePilotAgents(make_pilot())
     assert counts(cp) == (2, 2)  # one provider per run, closed when the run ends
+
+
+class _EndlessCleanup(ScriptedModel):
+    """A model whose end-of-run cleanup never finishes on its own (only cancellation ends it)."""
+
+    def __init__(self, started: asyncio.Event) -> None:
+        super().__init__([[assistant_message("done")]])
+        self._started = started
+
+    async def _cleanup_on_run_end(self, owner: object) -> None:
+        self._started.set()
+        await asyncio.Event().wait()
+
+
+def test_a_cancelled_stream_consumer_is_not_held_by_the_run_end_cleanup(
+    make_pilot: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consumer of a stream whose model cleanup hangs is cancelled: it ends (it waits
+    only for cleanups that can finish), and the run's provider is still closed once."""
+
+    async def scenario(cp: CachePilotAgents | None) -> int:
+        cleanup_started, closing, release, closed = (asyncio.Event() for _ in range(4))
+        count: list[MultiProvider] = []
+
+        async def aclose(provider: MultiProvider) -> None:
+            closing.set()
+            await release.wait()
+            count.append(provider)
+            closed.set()
+
+        monkeypatch.setattr(MultiProvider, "aclose", aclose)
+        agent = Agent(name="a", model=_EndlessCleanup(cleanup_started))
+        if cp is None:
+            result = Runner.run_streamed(agent, "hi")
+        else:
+            result = Runner.run_streamed(cp.wrap(agent), "hi", run_config=cp.run_config())
+
+        async def consume() -> None:
+            async for _ in result.stream_events():
+                pass
+
+        consumer = asyncio.create_task(consume())
+        await asyncio.wait_for(cleanup_started.wait(), timeout=10)
+        consumer.cancel()
+        await asyncio.wait_for(closing.wait(), timeout=10)
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(consumer, timeout=10)  # before the fix: held forever
+        await asyncio.wait_for(closed.wait(), timeout=10)
+        return len(count)
+
+    assert asyncio.run(scenario(None)) == 1
+    assert asyncio.run(scenario(CachePilotAgents(make_pilot()))) == 1
 
 
 # --- 7. sessions ----------------------------------------------------------------------------------

@@ -219,13 +219,20 @@ class PilotModel(Model):
         """The SDK's end-of-run notice: the inner model's, and the plugin's run resources.
 
         Both start at once: the plugin's (closing the run's provider, dropping its scope)
-        never waits on the inner model's, and finishes even when the run is cancelled.
+        never waits on the inner model's. When the run is cancelled, the plugin's goes on to
+        its end without holding the cancellation up, as the SDK's own provider cleanup does
+        (a stream consumer that cancels must not wait on a cleanup that cannot finish).
         """
         ours = asyncio.ensure_future(self._owner.run_ended())
         try:
             await self._inner._cleanup_on_run_end(owner)
-        finally:
-            await _settle(ours)
+        except asyncio.CancelledError:
+            _run_on(ours)
+            raise
+        except BaseException:
+            await _join(ours)
+            raise
+        await _join(ours)
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
         """The inner model's advice."""
@@ -570,6 +577,34 @@ async def _close(provider: ModelProvider) -> None:
         await _settle(asyncio.ensure_future(provider.aclose()))
     except Exception:  # pragma: no cover
         logger.warning("Failed to close model provider created for run", exc_info=True)
+
+
+_RUNNING_ON: set[asyncio.Future[Any]] = set()
+"""Cleanups left running by a cancelled run (held here: the loop keeps only weak refs)."""
+
+
+def _run_on(task: asyncio.Future[Any]) -> None:
+    """Let `task` finish on its own; its failure is logged, never lost."""
+    if task.done():
+        _log_failure(task)
+        return
+    _RUNNING_ON.add(task)
+    task.add_done_callback(_RUNNING_ON.discard)
+    task.add_done_callback(_log_failure)
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("a run-end cleanup failed", exc_info=task.exception())
+
+
+async def _join(task: asyncio.Future[Any]) -> None:
+    """Wait for `task`; if the waiter is cancelled meanwhile, `task` runs on (`_run_on`)."""
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        _run_on(task)
+        raise
 
 
 async def _settle(task: asyncio.Future[Any]) -> None:
