@@ -359,11 +359,11 @@ class _EndlessCleanup(ScriptedModel):
         await asyncio.Event().wait()
 
 
-def test_a_cancelled_stream_consumer_is_not_held_by_the_run_end_cleanup(
+def test_a_cancelled_stream_is_not_held_by_closing_its_provider(
     make_pilot: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The consumer of a stream whose model cleanup hangs is cancelled: it ends (it waits
-    only for cleanups that can finish), and the run's provider is still closed once."""
+    """The consumer of a stream whose model cleanup hangs is cancelled: the run ends without
+    waiting for its provider to close, and the provider is still closed once."""
 
     async def scenario(cp: CachePilotAgents | None) -> int:
         cleanup_started, closing, release, closed = (asyncio.Event() for _ in range(4))
@@ -390,14 +390,49 @@ def test_a_cancelled_stream_consumer_is_not_held_by_the_run_end_cleanup(
         await asyncio.wait_for(cleanup_started.wait(), timeout=10)
         consumer.cancel()
         await asyncio.wait_for(closing.wait(), timeout=10)
+        # The run ends while its provider is still closing: that cleanup never holds it up.
+        task = result.run_loop_task
+        assert task is not None
+        done, _ = await asyncio.wait({task}, timeout=10)
+        assert task in done  # before the fix: held until the provider was closed
+        assert not closed.is_set()
         release.set()
         with pytest.raises(asyncio.CancelledError):
-            await asyncio.wait_for(consumer, timeout=10)  # before the fix: held forever
+            await asyncio.wait_for(consumer, timeout=10)
         await asyncio.wait_for(closed.wait(), timeout=10)
         return len(count)
 
     assert asyncio.run(scenario(None)) == 1
     assert asyncio.run(scenario(CachePilotAgents(make_pilot()))) == 1
+
+
+class _UnformattableError(RuntimeError):
+    def __str__(self) -> str:
+        raise RuntimeError("format failed")
+
+
+@STREAMED
+def test_a_model_error_that_cannot_format_itself_reaches_the_caller_unchanged(
+    make_pilot: Any, streamed: bool
+) -> None:
+    """The context-length check reads the error's text: one whose `str()` raises is still the
+    error the caller gets, not the formatting failure."""
+
+    async def scenario(cp: CachePilotAgents | None) -> BaseException:
+        expected = _UnformattableError()
+
+        def respond(_call: Any) -> Any:
+            raise expected
+
+        agent = Agent(name="a", model=ScriptedModel([ModelStep.respond(respond)]))
+        try:
+            await run(agent, "hi", cp=cp, streamed=streamed)
+        except BaseException as exc:
+            return exc
+        raise AssertionError("the run did not fail")
+
+    assert isinstance(asyncio.run(scenario(None)), _UnformattableError)
+    assert isinstance(asyncio.run(scenario(CachePilotAgents(make_pilot()))), _UnformattableError)
 
 
 # --- 7. sessions ----------------------------------------------------------------------------------
