@@ -308,14 +308,15 @@ def _run_framework(
     *,
     full: bool,
     workers: int,
+    subset: bool = False,
 ) -> tuple[list[Comparison], Run]:
     """Plain and injected runs of one suite, compared.
 
     `full`: the whole suite plain, then injected. Otherwise the whole suite injected, and plain
     only the tests that failed injected (what a regression verdict needs, in about half the
-    time); the plain figures then cover those tests only.
+    time); the plain figures then cover those tests only. `subset`: the suite's CI files only.
     """
-    files = suite.files(sdist)
+    files = list(suite.ci_paths) if subset and suite.ci_paths else suite.files(sdist)
     # A suite with one meaningful position runs it once, whatever was asked.
     wanted = [p for p in positions if p in suite.positions] or [suite.positions[0]]
     plain: Run | None = None
@@ -380,6 +381,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers")
     parser.add_argument(
+        "--subset",
+        choices=["all", "ci"],
+        default="all",
+        help="ci: only the suite's files where the plugin acts (benchmarks/compat/README.md)",
+    )
+    parser.add_argument(
         "--mode",
         choices=["full", "fast"],
         default="full",
@@ -423,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                 positions,
                 full=args.mode == "full",
                 workers=args.workers,
+                subset=args.subset == "ci",
             )
             regressions = regressions or any(c.blocking() for c in comparisons)
             _print_report(suite, version, plain, comparisons, args.mode)

@@ -27,6 +27,7 @@ class Suite:
         positions: the middleware positions that mean something for this framework.
         exclude: sdist-relative folders never run (they need services or hardware).
         deselect: node id prefixes never run (slow, and they start no run).
+        ci_paths: the files `--subset ci` runs (see benchmarks/compat/README.md).
     """
 
     name: str
@@ -39,6 +40,7 @@ class Suite:
     positions: tuple[str, ...] = ("first", "last")
     exclude: tuple[str, ...] = field(default_factory=tuple)
     deselect: tuple[str, ...] = field(default_factory=tuple)
+    ci_paths: tuple[str, ...] = field(default_factory=tuple)
 
     def files(self, root: Path) -> list[str]:
         """The test arguments for pytest, relative to the sdist root."""
@@ -108,6 +110,32 @@ AGENTS = Suite(
         "unique_across_processes",
         "tests/test_trace_processor.py::test_tracing_atexit_cleanup_",
         "tests/mcp/test_mcp_pagination_integration.py",
+    ),
+    # Where the plugin acts (runs, tools, hooks, sessions, streaming, guardrails, handoffs,
+    # models), within the CI budget: see benchmarks/compat/README.md.
+    ci_paths=(
+        "tests/test_agent_runner.py",
+        "tests/test_agent_runner_streamed.py",
+        "tests/test_run_config.py",
+        "tests/test_max_turns.py",
+        "tests/test_agent_as_tool.py",
+        "tests/test_start_hook_tools.py",
+        "tests/test_start_hook_tool_concurrency.py",
+        "tests/test_tool_guardrails.py",
+        "tests/test_run_hooks.py",
+        "tests/test_agent_hooks.py",
+        "tests/test_global_hooks.py",
+        "tests/test_agent_llm_hooks.py",
+        "tests/memory/test_session.py",
+        "tests/test_cancel_streaming.py",
+        "tests/test_stream_events.py",
+        "tests/test_guardrails.py",
+        "tests/test_runner_guardrail_resume.py",
+        "tests/test_handoff_history_duplication.py",
+        "tests/models/test_openai_responses.py",
+        "tests/models/test_openai_chatcompletions.py",
+        "tests/test_prompt_cache_key.py",
+        "tests/test_scripted_model.py",
     ),
 )
 
