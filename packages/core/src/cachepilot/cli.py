@@ -17,29 +17,6 @@ __all__ = ["main"]
 logger = logging.getLogger("cachepilot.cli")
 
 
-class _Progress:
-    """A one-line progress bar on a terminal; silent otherwise."""
-
-    def __init__(self, stream: TextIO, enabled: bool) -> None:
-        self.stream = stream
-        self.enabled = enabled
-        self.started = time.monotonic()
-
-    def __call__(self, done: int, total: int, label: str) -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = int(width * done / total) if total else width
-        elapsed = time.monotonic() - self.started
-        label = label if len(label) <= 40 else "…" + label[-39:]
-        self.stream.write(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:5.1f}s {label:<40}"
-        )
-        if done == total:
-            self.stream.write("\n")
-        self.stream.flush()
-
-
 _CLIENT_MARKS: dict[str, Any] = {
     "choices": ("default", "none"),
     "default": "default",
@@ -146,7 +123,8 @@ def _load_sessions(paths: Sequence[str]) -> tuple[list[Any], int]:
 
 def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from cachepilot.bench import ALL_STRATEGIES, BenchConfig, prepare_sessions, run_bench
-    from cachepilot.bench.report import format_table, summarize
+    from cachepilot.bench.report import summarize
+    from cachepilot.console import ProgressReporter, write_bench_table
 
     config = BenchConfig(
         provider=args.provider,
@@ -167,11 +145,11 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write("no sessions to replay (no trace found or every file was skipped)\n")
         return 2
     started = time.monotonic()
-    progress = _Progress(err, err.isatty())
-    results = run_bench(sessions, names, config, progress=progress)
+    with ProgressReporter(err, what=f"{len(sessions)} sessions") as progress:
+        results = run_bench(sessions, names, config, progress=progress)
     wall = time.monotonic() - started
     doc = summarize(results, config, traces=traces, wall_seconds=wall)
-    out.write(format_table(doc) + "\n")
+    write_bench_table(doc, out)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         out.write(f"wrote {args.json_path}\n")
@@ -228,7 +206,8 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _cmd_demo_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from cachepilot.bench import ALL_STRATEGIES, BenchConfig, run_bench
     from cachepilot.bench.plot import write_plot
-    from cachepilot.bench.report import format_table, summarize
+    from cachepilot.bench.report import summarize
+    from cachepilot.console import write_bench_table
     from cachepilot.demo_workload import build_demo_session
 
     session = build_demo_session()
@@ -257,7 +236,8 @@ def _cmd_demo_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     totals = " ".join(f"{sum(per_call[n].values()):>16.5f}" for n in names)
     out.write(f"{'sum':>4} {totals}\n")
     doc = summarize(results, config, traces=1)
-    out.write("\n" + format_table(doc) + "\n")
+    out.write("\n")
+    write_bench_table(doc, out)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         out.write(f"wrote {args.json_path}\n")

@@ -30,6 +30,7 @@ from cachepilot.memory import SessionMemory
 from cachepilot.messages import ImagePart, Message, TextPart, message_keys
 from cachepilot.plan import FOLD_ID_PREFIX, Edit, Plan, PlanView, render_plan
 from cachepilot.redact import redact
+from cachepilot.reduce.stubs import pointer
 from cachepilot.tokens import TokenCounter, get_counter
 
 __all__ = [
@@ -103,11 +104,12 @@ _MAX_PROMPT_CHARS = 200_000
 _FALLBACK_BUDGET = 600
 
 
-def fold_header(messages: int, tokens: int, ref: str) -> str:
-    """The first line of a fold summary: what was folded and how to get it back."""
+def fold_header(messages: int, tokens: int, ref: str, *, recall: bool = True) -> str:
+    """The first line of a fold summary: what was folded and how to get it back (without
+    `recall`, the model has no recall tool: the header says the full text was elided)."""
     return (
         f"{FOLD_HEADER_PREFIX} {messages:,} messages, {tokens:,} tokens; "
-        f'full text: recall(ref="{ref}")]'
+        f"{pointer(ref if recall else None)}]"
     )
 
 
@@ -625,6 +627,7 @@ def _prepare(
     guideline: str | None,
     mode: FoldMode | None,
     keep_from: str | None = None,
+    recall: bool = True,
 ) -> _Prepared | None:
     if summary_tokens < 1 or min_tokens < 0:
         raise ValueError("need summary_tokens >= 1 and min_tokens >= 0")
@@ -684,7 +687,8 @@ def _prepare(
         budget_tokens=summary_tokens,
         source_messages=_source_range(messages, keys, key, end_key),
     )
-    return _Prepared(key, end_key, ref, fold_header(len(new), tokens, ref), request)
+    header = fold_header(len(new), tokens, ref, recall=recall)
+    return _Prepared(key, end_key, ref, header, request)
 
 
 def _source_range(
@@ -769,6 +773,7 @@ def plan_fold(
     guideline: str | None = None,
     mode: FoldMode | None = None,
     keep_from: str | None = None,
+    recall: bool = True,
 ) -> Edit | None:
     """Plan one fold of the view `render_plan(messages, plan, keys)`: archive, summarize, edit.
 
@@ -799,6 +804,8 @@ def plan_fold(
         keep_from: transcript key of the first message to keep: the fold ends right before
             it instead of before the protected tail (a finished task's end); no fold when
             that is not a safe cut.
+        recall: the model is offered the recall tool (else the header names no recall call
+            and says the full text was elided; the range is archived all the same).
 
     Returns:
         The fold edit to append in a new epoch, or None when there is nothing to fold.
@@ -821,6 +828,7 @@ def plan_fold(
         guideline=guideline,
         mode=mode,
         keep_from=keep_from,
+        recall=recall,
     )
     if prepared is None:
         return None
@@ -855,6 +863,7 @@ async def aplan_fold(
     guideline: str | None = None,
     mode: FoldMode | None = None,
     keep_from: str | None = None,
+    recall: bool = True,
 ) -> Edit | None:
     """Async `plan_fold` (the summarizer is awaited via `asummarize`)."""
     counter = counter or get_counter()
@@ -875,6 +884,7 @@ async def aplan_fold(
         guideline=guideline,
         mode=mode,
         keep_from=keep_from,
+        recall=recall,
     )
     if prepared is None:
         return None
@@ -903,6 +913,7 @@ def emergency_fold(
     epoch_index: int = 0,
     plan: Plan | None = None,
     summary_tokens: int = 800,
+    recall: bool = True,
 ) -> Edit | None:
     """A fold after a provider context-length error: small protected tail, any range size.
 
@@ -922,6 +933,7 @@ def emergency_fold(
         min_messages=1,
         min_tokens=0,
         mode="standalone",
+        recall=recall,
     )
 
 
@@ -937,6 +949,7 @@ async def aemergency_fold(
     epoch_index: int = 0,
     plan: Plan | None = None,
     summary_tokens: int = 800,
+    recall: bool = True,
 ) -> Edit | None:
     """Async `emergency_fold`."""
     return await aplan_fold(
@@ -953,6 +966,7 @@ async def aemergency_fold(
         min_messages=1,
         min_tokens=0,
         mode="standalone",
+        recall=recall,
     )
 
 

@@ -74,7 +74,7 @@ from cachepilot.reduce import (
 from cachepilot.reduce.images import image_replacement
 from cachepilot.reduce.memory import canonical_args
 from cachepilot.reduce.passes.size import unarchived_preview
-from cachepilot.reduce.stubs import invalid_utf8_note, recall_call
+from cachepilot.reduce.stubs import invalid_utf8_note, pointer, recall_call
 from cachepilot.refs import make_ref
 from cachepilot.settle import settle
 from cachepilot.sim import Request, get_profile, render_request
@@ -493,10 +493,11 @@ class CachePilot:
             # Binary or invalid UTF-8: the text is a lossy decoding, so archive the original
             # and tell the model where it is.
             ref = make_ref(result.original)
+            shown = ref if self.config.recall_tool else None
             return self._archive(
                 thread,
                 result,
-                f"{result.text}\n{invalid_utf8_note(ref)}",
+                f"{result.text}\n{invalid_utf8_note(shown)}",
                 tool_name=tool_name,
                 args=parsed_args,
                 call_id=call_id,
@@ -518,7 +519,7 @@ class CachePilot:
             reduction = self._pipeline.run(
                 tool_name, parsed_args, call_id, result, state.ingest,
                 compressed=compressed.text if compressed is not None else None,
-                memory_lock=self._lock,
+                memory_lock=self._lock, recall=self.config.recall_tool,
             )  # fmt: skip
             with self._lock:
                 state.revision += 1
@@ -581,11 +582,14 @@ class CachePilot:
         text = reduction.text
         lossy_steps = [s.pass_name for s in reduction.steps if not s.lossless]
         ref = reduction.ref or make_ref(result.original)
-        if (lossy_steps or not result.exact) and recall_call(ref) not in text:
+        shown = ref if self.config.recall_tool else None
+        # Every stub names the recall call of `ref`, or (no recall tool) ends "… elided]".
+        named = recall_call(ref) if shown is not None else " elided]"
+        if (lossy_steps or not result.exact) and named not in text:
             # A pass left content out without naming the ref (e.g. folded similar lines, slimmed
             # JSON): the model could not get it back. Name it, unless the whole output is shorter.
-            note = f"[output shortened ({', '.join(lossy_steps) or result.kind}); full text: "
-            note += f"{recall_call(ref)}]"
+            note = f"[output shortened ({', '.join(lossy_steps) or result.kind}); "
+            note += f"{pointer(shown)}]"
             if result.exact and len(text) + len(note) + 1 >= len(result.text):
                 return IngestReport(result.text, None, original_chars)
             text = f"{text}\n{note}"
@@ -816,6 +820,7 @@ class CachePilot:
             # The recall tool joins before canonicalization: it is ordered and key-sorted like
             # every other tool, and part of the tool set from the first call on.
             in_tools = self._with_recall(tools, recall)
+            offer = self.config.recall_tool if recall is None else bool(recall)
             request = self._canonical(system, messages, in_tools, state.canonical)
             keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
             cache = self._views.setdefault(thread, _ViewCache())
@@ -831,6 +836,7 @@ class CachePilot:
                     request=request,
                     keys=keys,
                     clock=clock,
+                    recall=offer,
                 )
                 request = refreshed or request
             system, canon_messages, out_tools = request
@@ -889,6 +895,7 @@ class CachePilot:
                 request=self._canonical(system, messages, in_tools, scratch),
                 keys=self._trackers.setdefault(thread, KeyTracker()).keys(messages),
                 clock=time.time() if now is None else now,
+                recall=self.config.recall_tool if recall is None else bool(recall),
             )
             appended = refreshed is not None
             state.revision += 1  # decisions and the lifecycle change even without an epoch
@@ -917,6 +924,7 @@ class CachePilot:
         request: tuple[str | None, list[Message], list[dict[str, Any]]],
         keys: Sequence[str],
         clock: float,
+        recall: bool,
     ) -> tuple[tuple[str | None, list[Message], list[dict[str, Any]]] | None, PlanView | None]:
         """Ask the scheduler about `request` (canonical).
 
@@ -936,6 +944,7 @@ class CachePilot:
             system=system,
             tools=out_tools,
             idle=idle,
+            recall=recall,
         )
         if not appended:
             return None, rendered
@@ -957,13 +966,15 @@ class CachePilot:
         system: str | None,
         tools: Sequence[Mapping[str, Any]],
         idle: float | None,
+        recall: bool,
     ) -> tuple[bool, PlanView | None]:
         """Ask the scheduler whether this call is a maintenance point; append the epoch if so.
 
         Prune and evict come first; the fold runs only when the context is still above the
         fold trigger after them. Returns whether an epoch was appended, and the view it
-        judged (None when it rendered none, or when an epoch made it stale). Never raises: a
-        failure skips maintenance for this call.
+        judged (None when it rendered none, or when an epoch made it stale). `recall`: the
+        model is offered the recall tool (else no stub or summary names a recall call).
+        Never raises: a failure skips maintenance for this call.
         """
         cfg = self.config.maintenance
         if not cfg.enabled or not messages:
@@ -1011,7 +1022,7 @@ class CachePilot:
             prune_decision = decision
             edits: list[Edit] = []
             if decision.apply and chosen:
-                edits = self._stub_edits(thread, view, chosen, counter)
+                edits = self._stub_edits(thread, view, chosen, counter, recall=recall)
             remaining = context - (decision.removed_tokens if edits else 0)
             fold_reason = None
             keep_from: str | None = None
@@ -1044,6 +1055,7 @@ class CachePilot:
                     system=system,
                     counter=counter,
                     keep_from=keep_from,
+                    recall=recall,
                 )
                 edits += folded
                 if not folded and fold_reason != "fold-trigger":
@@ -1111,6 +1123,7 @@ class CachePilot:
         counter: TokenCounter,
         emergency: bool = False,
         keep_from: str | None = None,
+        recall: bool = True,
     ) -> list[Edit]:
         """A fold of everything before the protected tail (or before the message keyed
         `keep_from`), as seen after `pending` edits."""
@@ -1127,6 +1140,7 @@ class CachePilot:
             "counter": counter,
             "epoch_index": len(state.plan.epochs),
             "system": system,
+            "recall": recall,
         }
         if emergency:
             del args["system"]  # the emergency summary request is always standalone
@@ -1148,12 +1162,15 @@ class CachePilot:
         messages: Sequence[Message],
         thread: str = "default",
         tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        recall: bool | None = None,
     ) -> bool:
         """Fold hard after a provider context-length error; call `prepare` again afterwards.
 
-        Pass the same system prompt, transcript and tools as to `prepare`. Returns True when
-        a fold was added to the plan, False when nothing could be folded (or the fold failed,
-        which is logged): the thread's state is untouched then.
+        Pass the same system prompt, transcript, tools and `recall` as to `prepare` (without
+        recall the summary's header names no recall call). Returns True when a fold was added
+        to the plan, False when nothing could be folded (or the fold failed, which is logged):
+        the thread's state is untouched then.
         """
         _check_thread(thread)
         _check_request(system, messages, tools)
@@ -1163,7 +1180,7 @@ class CachePilot:
                 # A scratch copy: the real frozen values change only with an epoch.
                 scratch = state.canonical.model_copy(deep=True)
                 system, canon_messages, _ = self._canonical(
-                    system, messages, self._with_recall(tools), scratch
+                    system, messages, self._with_recall(tools, recall), scratch
                 )
                 keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
                 counter = get_counter(self.config.encoding)
@@ -1176,6 +1193,7 @@ class CachePilot:
                     system=system,
                     counter=counter,
                     emergency=True,
+                    recall=self.config.recall_tool if recall is None else bool(recall),
                 )
             except Exception:
                 logger.warning("thread %s: emergency fold failed", thread, exc_info=True)
@@ -1262,8 +1280,11 @@ class CachePilot:
         view: Sequence[Message],
         chosen: Sequence[Candidate],
         counter: TokenCounter,
+        *,
+        recall: bool = True,
     ) -> list[Edit]:
-        """Archive each chosen result as it stands, then stub it (nothing is lost)."""
+        """Archive each chosen result as it stands, then stub it (nothing is lost); without
+        `recall` the stubs name no recall call."""
         texts: list[str] = []
         refs: list[str] = []
         stubbed: list[Candidate] = []
@@ -1271,7 +1292,7 @@ class CachePilot:
         for cand in chosen:
             message = view[cand.index]
             if cand.kind == "args":
-                arguments.extend(self._argument_edits(thread, message, cand))
+                arguments.extend(self._argument_edits(thread, message, cand, recall=recall))
                 continue
             stubbed.append(cand)
             # Parts (images, reasoning) are archived whole, as the message's JSON.
@@ -1291,14 +1312,18 @@ class CachePilot:
                 },
             )
             refs.append(ref)
-            texts.append(stub_text(cand.kind, message, cand.tokens, ref, cand.reason))
+            texts.append(
+                stub_text(cand.kind, message, cand.tokens, ref, cand.reason, recall=recall)
+            )
         edits = build_edits(stubbed, texts, refs)
         if not arguments:
             return edits
         order = {c.key: c.index for c in chosen}
         return sorted([*edits, *arguments], key=lambda e: order.get(e.key, -1))
 
-    def _argument_edits(self, thread: str, message: Message, cand: Candidate) -> list[Edit]:
+    def _argument_edits(
+        self, thread: str, message: Message, cand: Candidate, *, recall: bool = True
+    ) -> list[Edit]:
         """Archive the arguments of the candidate's calls (each whole, and each long value on
         its own, which is what the preview names), then reduce them. A call whose values
         cannot all be archived keeps its arguments."""
@@ -1307,7 +1332,7 @@ class CachePilot:
         for call in message.tool_calls:
             if call.id not in cand.calls:
                 continue
-            reduced = argument_plan(call.arguments, cfg)
+            reduced = argument_plan(call.arguments, cfg, recall=recall)
             if reduced is None:
                 continue
             meta = {"tool": call.name, "call_id": call.id, "source": f"call:{call.id}:args"}

@@ -346,7 +346,11 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
 
     def _emergency(self, prepared: Prepared) -> bool:
         folded = self.pilot.emergency_fold(
-            prepared.system, prepared.core, prepared.thread, prepared.schemas
+            prepared.system,
+            prepared.core,
+            prepared.thread,
+            prepared.schemas,
+            recall=prepared.recall,
         )
         if folded:
             logger.warning(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +110,15 @@ def anthropic_body(
     *,
     model: str | None = None,
     metadata: dict[str, str] | None = None,
+    cache_control: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """An Anthropic Messages request body (parallel tool results in one user turn)."""
+    """An Anthropic Messages request body (parallel tool results in one user turn).
+
+    Args:
+        cache_control: when given, the mark set on the system prompt and on the last block
+            of the last message, as Claude Code marks its requests (without it the request
+            asks for no caching, and Anthropic caches nothing).
+    """
     out: list[dict[str, Any]] = []
     for m in messages:
         if m.role == "assistant":
@@ -140,6 +147,14 @@ def anthropic_body(
     body: dict[str, Any] = {"model": model or "unknown", "max_tokens": 4096, "messages": out}
     if system is not None:
         body["system"] = system
+    if cache_control is not None:
+        if system:
+            body["system"] = [
+                {"type": "text", "text": system, "cache_control": dict(cache_control)}
+            ]
+        if out and out[-1]["content"]:
+            last = out[-1]["content"][-1]
+            out[-1]["content"][-1] = {**last, "cache_control": dict(cache_control)}
     if tools:
         body["tools"] = [
             {
@@ -183,7 +198,8 @@ def session_to_log(session: Session, *, api: str | None = None) -> list[dict[str
     offset = len(session.messages) - len(body)
     thread = str(session.meta.get("session_uuid") or session.id.split("#", 1)[0])
     metadata = {"session_id": thread}
-    build = anthropic_body if api == "anthropic" else chat_body
+    # Claude Code marks the system prompt and the last message with the 1-hour TTL.
+    marks = {"type": "ephemeral", "ttl": "1h"} if session.source == "claude-code" else None
     entries: list[dict[str, Any]] = []
     for index, message in enumerate(body):
         if message.role != "assistant":
@@ -194,7 +210,18 @@ def session_to_log(session: Session, *, api: str | None = None) -> list[dict[str
             "api": api,
             "url_path": "/v1/messages" if api == "anthropic" else "/v1/chat/completions",
             "timestamp": recorded.timestamp if recorded else None,
-            "request": build(system, body[:index], session.tools, model=model, metadata=metadata),
+            "request": (
+                anthropic_body(
+                    system,
+                    body[:index],
+                    session.tools,
+                    model=model,
+                    metadata=metadata,
+                    cache_control=marks,
+                )
+                if api == "anthropic"
+                else chat_body(system, body[:index], session.tools, model=model, metadata=metadata)
+            ),
         }
         if recorded is not None and recorded.usage is not None:
             entry["usage"] = _usage(recorded.usage, api)
