@@ -153,9 +153,17 @@ async def build_view(
     )
     refs = recall and (refs or _names_a_ref(transcript.messages, reduced))
     tools = owner.tool_schemas(agent)
-    maintained = bool(pilot.state(thread).plan.epochs)
+    # Refs may be named where the model will be offered recall: from the first call of a model
+    # with function tools (a maintenance point of this very call included), else once named.
+    named = refs or bool(pilot.state(thread).plan.epochs)
+    function_tools = any(isinstance(t, FunctionTool) for t in agent.tools)
     system, view, _ = await pilot.aprepare(
-        model_data.instructions, reduced, tools, thread, now=now(), recall=refs or maintained
+        model_data.instructions,
+        reduced,
+        tools,
+        thread,
+        now=now(),
+        recall=recall and (function_tools or named),
     )
     plan = pilot.state(thread).plan
     out = transcript.render(view, plan)
