@@ -230,9 +230,9 @@ def _print_report(
     suite: Suite, version: str, plain: Run, comparisons: list[Comparison], mode: str
 ) -> None:
     print(f"\n== {suite.name} {version}: {_total(plain, comparisons)} tests ==")
-    scope = (
-        "" if mode == "full" else f" (fast mode: only the {len(plain.results)} failing injected)"
-    )
+    scope = ""
+    if mode != "full":
+        scope = f" (fast mode: only the {len(plain.results)} not passing injected)"
     print(f"plain            : {_counts(plain)}{scope}")
     for comp in comparisons:
         allowed = [r for r in comp.regressions if r.allowed is not None]
