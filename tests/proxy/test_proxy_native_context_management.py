@@ -150,3 +150,30 @@ def test_audit_never_counts_the_providers_clearing_as_a_break(tmp_path: Path, ca
     # A CI gate on the request's own breaks passes.
     assert cli_main(["audit", str(_server_cleared(log, keep_field=True)), "--max-breaks", "0"]) == 0
     assert "provider context edit" in capsys.readouterr().out
+
+
+def test_anthropic_compaction_block_is_forwarded_as_sent() -> None:
+    """A `compaction` block Anthropic returned (server-side compaction) goes back unchanged."""
+    block = {"type": "compaction", "content": "Summary: the build ran; module_7 failed."}
+    edits = {"edits": [{"type": "compact_20260112"}]}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Build the project."},
+        {"role": "assistant", "content": [block]},
+        {"role": "user", "content": "Go on."},
+    ]
+    with (
+        ReplayProvider(plain_script(), profile="anthropic") as upstream,
+        running_proxy(upstream.base_url, provider="anthropic") as proxy,
+    ):
+        api = anthropic.Anthropic(base_url=proxy.root, api_key="sk-ant-test", max_retries=0)
+        api.messages.create(
+            model="claude-test",
+            max_tokens=512,
+            system=LONG_SYSTEM,
+            messages=messages,  # type: ignore[arg-type]
+            tools=[ANTHROPIC_BASH],  # type: ignore[list-item]
+            extra_body={"context_management": edits},
+        )
+        body = upstream.records[0].body
+    assert body["context_management"] == edits
+    assert body["messages"][1] == {"role": "assistant", "content": [block]}
