@@ -35,6 +35,7 @@ from cachepilot.bench.peers.lc_standin import StandInSummaryModel
 from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext
 from cachepilot.maintenance import is_stub
 from cachepilot.messages import Message
+from cachepilot.pilot import Config
 
 __all__ = ["CachePilotLcClearToolUses"]
 
@@ -48,8 +49,8 @@ class CachePilotLcClearToolUses(CachePilotStrategy):
 
     name = "cachepilot+lc-clear-tool-uses"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, config: Config | None = None) -> None:
+        super().__init__(config)
         self._middleware: ContextEditingMiddleware[Any, Any] = ContextEditingMiddleware(
             edits=[ClearToolUsesEdit()]
         )
@@ -81,9 +82,7 @@ class CachePilotLcClearToolUses(CachePilotStrategy):
             cache_breakpoints=prepared.cache_breakpoints,
         )
 
-    def _cleared(
-        self, system: str | None, view: Any, tools: Any
-    ) -> list[Message]:
+    def _cleared(self, system: str | None, view: Any, tools: Any) -> list[Message]:
         """The view after LangChain's edit (what the inner middleware hands the model)."""
         converter = LcConverter()  # fresh: ids depend only on this view
         lc: list[Any] = []
