@@ -109,7 +109,9 @@ def test_compacted_history_reaches_the_model_untouched() -> None:
     later = [call for model in ours["models"][1:] for call in model.calls]
     assert later
     for call in later:
-        compactions = [i for i in call.input if isinstance(i, dict) and i.get("type") == "compaction"]
+        compactions = [
+            i for i in call.input if isinstance(i, dict) and i.get("type") == "compaction"
+        ]
         # Exactly the session's item, in first position: never folded, stubbed or moved.
         assert len(compactions) == 1
         assert call.input[0] == compactions[0]
@@ -146,7 +148,9 @@ def test_server_side_context_management_passes_through() -> None:
         return model, await session.get_items()
 
     model, items = asyncio.run(main())
-    assert all(c.model_settings.context_management == settings.context_management for c in model.calls)
+    assert all(
+        c.model_settings.context_management == settings.context_management for c in model.calls
+    )
     assert server_item in items
     for call in model.calls[2:]:
         assert server_item in list(call.input)

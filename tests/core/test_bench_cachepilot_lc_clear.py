@@ -31,7 +31,11 @@ def replay(messages: list[Message], config: Config | None = None) -> list[Prepar
     strategy = CachePilotLcClearToolUses(config)
     strategy.start(
         SessionContext(
-            session_id="s", system=SYSTEM, tools=TOOLS, context_window=1_000_000, counter=get_counter()
+            session_id="s",
+            system=SYSTEM,
+            tools=TOOLS,
+            context_window=1_000_000,
+            counter=get_counter(),
         )
     )
     calls: list[PreparedCall] = []

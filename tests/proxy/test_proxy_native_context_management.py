@@ -47,9 +47,16 @@ def anthropic_conversation(root: str) -> None:
                 {"type": "tool_use", "id": CALL.id, "name": "bash", "input": {"command": "make"}},
             ],
         },
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": CALL.id, "content": BIG}]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": CALL.id, "content": BIG}],
+        },
     ]
-    for extra in ([], later, [{"role": "assistant", "content": FINAL}, {"role": "user", "content": "Thanks"}]):
+    for extra in (
+        [],
+        later,
+        [{"role": "assistant", "content": FINAL}, {"role": "user", "content": "Thanks"}],
+    ):
         messages.extend(extra)
         api.messages.create(
             model="claude-test",
@@ -118,7 +125,11 @@ def _server_cleared(log: Path, *, keep_field: bool) -> Path:
     last["response"]["usage"] = usage
     last["response"]["context_management"] = {
         "applied_edits": [
-            {"type": "clear_tool_uses_20250919", "cleared_tool_uses": 1, "cleared_input_tokens": 5_000}
+            {
+                "type": "clear_tool_uses_20250919",
+                "cleared_tool_uses": 1,
+                "cleared_input_tokens": 5_000,
+            }
         ]
     }
     if not keep_field:

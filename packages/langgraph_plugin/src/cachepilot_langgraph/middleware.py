@@ -270,9 +270,7 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         schemas = [tool_schema(t) for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
         # Results a ContextEditingMiddleware listed before this one cleared stay as cleared.
         native = natively_cleared(request.messages)
-        shown = self.pilot.reduce_results(
-            core, thread, recall=recall, native=native
-        )
+        shown = self.pilot.reduce_results(core, thread, recall=recall, native=native)
         result = self.pilot.prepare(
             system, shown, schemas, thread, now=self._clock(), recall=recall
         )
@@ -293,9 +291,7 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         schemas = [tool_schema(t) for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
         # Results a ContextEditingMiddleware listed before this one cleared stay as cleared.
         native = natively_cleared(request.messages)
-        shown = await self.pilot.areduce_results(
-            core, thread, recall=recall, native=native
-        )
+        shown = await self.pilot.areduce_results(core, thread, recall=recall, native=native)
         result = await self.pilot.aprepare(
             system, shown, schemas, thread, now=self._clock(), recall=recall
         )
