@@ -123,6 +123,10 @@ def test_compacted_history_reaches_the_model_untouched() -> None:
     assert suite_log("a0") in archived
 
 
+@pytest.mark.skipif(
+    "context_management" not in ModelSettings.__dataclass_fields__,
+    reason="this Agents SDK has no ModelSettings.context_management",
+)
 def test_server_side_context_management_passes_through() -> None:
     """`ModelSettings(context_management=...)` reaches the model; the compaction item the
     server returns is kept in the history and sent back unchanged."""
