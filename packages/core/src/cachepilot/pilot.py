@@ -15,7 +15,7 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
@@ -699,6 +699,7 @@ class CachePilot:
         thread: str = "default",
         *,
         recall: bool | None = None,
+        native: Collection[str] = (),
     ) -> list[Message]:
         """The transcript as the model reads it: each tool result shown as its reduced view.
 
@@ -714,6 +715,9 @@ class CachePilot:
             thread: the scope.
             recall: whether the model can call `recall` (default: `Config.recall_tool`).
                 Without it no result is reduced: a ref the model cannot follow is never shown.
+            native: call ids of results a native context manager (e.g. LangChain's
+                `ContextEditingMiddleware`) already cleared: shown as they are, never
+                ingested or archived (the placeholder is not a tool output).
         """
         _check_thread(thread)
         if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
@@ -774,7 +778,13 @@ class CachePilot:
             return replacement
 
         return self._result_views.apply(
-            thread, messages, state.views, ingest=ingest, load=load, shrink=shrink
+            thread,
+            messages,
+            state.views,
+            ingest=ingest,
+            load=load,
+            shrink=shrink,
+            native=frozenset(native),
         )
 
     async def areduce_results(
@@ -783,9 +793,12 @@ class CachePilot:
         thread: str = "default",
         *,
         recall: bool | None = None,
+        native: Collection[str] = (),
     ) -> list[Message]:
         """Async twin of `reduce_results` (ingestion runs in a worker thread)."""
-        return await asyncio.to_thread(self.reduce_results, messages, thread, recall=recall)
+        return await asyncio.to_thread(
+            self.reduce_results, messages, thread, recall=recall, native=native
+        )
 
     # --- model calls -------------------------------------------------------------------------
 

@@ -32,6 +32,9 @@ _TARGETS: dict[str, str] = {
     "cachepilot-no-schedule": "cachepilot.bench.ours:CachePilotNoSchedule",
     "cachepilot-llm": "cachepilot.bench.ours:CachePilotLLM",
     "headroom": "cachepilot.bench.peers.headroom:Headroom",
+    "cachepilot+lc-clear-tool-uses": (
+        "cachepilot.bench.peers.cachepilot_lc_clear:CachePilotLcClearToolUses"
+    ),
 }
 
 _INSTALL_HINTS: dict[str, str] = {
