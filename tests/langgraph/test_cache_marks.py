@@ -171,6 +171,45 @@ def test_mark_request_adds_nothing_when_the_caller_used_all_four() -> None:
     assert marked.system is not None and marked.system.content == SYSTEM
 
 
+@pytest.mark.parametrize("ours_first", [True, False])
+def test_next_to_langchains_prompt_caching_middleware_four_is_the_limit(
+    ours_first: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    from langchain_anthropic.middleware import AnthropicPromptCachingMiddleware
+
+    from cachepilot.wire.anthropic import MAX_CACHE_MARKS, cache_mark_count
+    from cachepilot_langgraph import CachePilotMiddleware
+
+    pilot = CachePilot(Config(provider="anthropic"), store=InMemoryArtifactStore())
+    ours, theirs = CachePilotMiddleware(pilot), AnthropicPromptCachingMiddleware()
+    with ReplayProvider(_script(6), profile="anthropic") as provider:
+        agent = agents.create_agent(
+            _model(provider),
+            [bash],
+            system_prompt=SYSTEM,
+            middleware=[ours, theirs] if ours_first else [theirs, ours],
+        )
+        out = agent.invoke({"messages": [HumanMessage("Build every step.")]})
+        records = provider.records
+    # The replay provider refuses a fifth mark as Anthropic does; the run completed.
+    assert out["messages"][-1].content == "All steps passed."
+    served = records  # the provider records only the requests it served
+    for record in served:
+        assert cache_mark_count(record.body) <= MAX_CACHE_MARKS
+        # LangChain's marks (request level, system prompt, a tool) are all kept.
+        assert record.body.get("cache_control")
+        assert any("cache_control" in t for t in record.body["tools"])
+    assert all(r.usage.cached_tokens > 0 for r in served[1:])
+    if ours_first:
+        # Listed first, cachepilot cannot see the marks added after it: the one refused
+        # request is sent again without its marks, and it places none from then on.
+        assert all(cache_mark_count(r.body) == 3 for r in served[2:])
+        assert sum("refused the request's cache marks" in r.message for r in caplog.records) == 1
+    else:
+        assert not any("refused" in r.message for r in caplog.records)
+        assert any(cache_mark_count(r.body) == MAX_CACHE_MARKS for r in served)
+
+
 class State(MessagesState, PilotStateMixin):
     """The docs' state plus the pilot state."""
 

@@ -65,3 +65,26 @@ def test_live_without_a_key_is_a_clear_error(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     assert main(["demo", "--live"]) == 2
     assert "OPENAI_API_KEY" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("client_marks", ["none", "default"])
+def test_anthropic_demo_speaks_messages_and_hits_come_from_the_marks(client_marks: str) -> None:
+    pytest.importorskip("langchain_anthropic")
+    from cachepilot.wire.anthropic import MAX_CACHE_MARKS, cache_mark_count
+
+    report = run_demo(provider_profile="anthropic", predict=False, client_marks=client_marks)
+    vanilla, ours = report.runs["vanilla"], report.runs["cachepilot"]
+    assert {r["api"] for r in [*vanilla.request_log, *ours.request_log]} == {"anthropic"}
+    vanilla_marks = [cache_mark_count(r["request"]) for r in vanilla.request_log]
+    our_marks = [cache_mark_count(r["request"]) for r in ours.request_log]
+    # Without the user's marks the plain agent sends none; cachepilot's own give the hits.
+    assert all(n == (0 if client_marks == "none" else 3) for n in vanilla_marks)
+    assert all(1 <= n <= MAX_CACHE_MARKS for n in our_marks)
+    cached = sum(c.cached_tokens for c in ours.calls)
+    assert cached / sum(c.input_tokens for c in ours.calls) > 0.8
+    assert vanilla.final_answers == ours.final_answers
+
+
+def test_demo_rejects_an_unknown_client_marks_value() -> None:
+    with pytest.raises(ValueError, match="client_marks"):
+        run_demo(provider_profile="anthropic", predict=False, client_marks="all")

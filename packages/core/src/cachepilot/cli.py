@@ -184,7 +184,12 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             )
         else:
             try:
-                report = run_demo(provider_profile=args.provider, live=args.live, model=args.model)
+                report = run_demo(
+                    provider_profile=args.provider,
+                    live=args.live,
+                    model=args.model,
+                    client_marks=args.client_marks,
+                )
             except ValueError as exc:
                 err.write(f"{exc}\n")
                 return 2

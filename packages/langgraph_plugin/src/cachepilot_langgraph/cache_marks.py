@@ -72,9 +72,7 @@ def _client_marks(
 ) -> list[int]:
     """The caller's own marks, as planner indices (-1: tools + system)."""
     out: list[int] = []
-    if (system is not None and _has_mark(system.content)) or any(
-        isinstance(t, Mapping) and t.get("cache_control") for t in tools
-    ):
+    if (system is not None and _has_mark(system.content)) or any(_tool_marked(t) for t in tools):
         out.append(_HEADER)
     out.extend(i for i, m in enumerate(messages) if _has_mark(m.content))
     if options.get("cache_control") and messages and len(messages) - 1 not in out:
@@ -103,6 +101,37 @@ def _marked_content(message: BaseMessage, mark: dict[str, str]) -> list[Any] | N
             continue  # empty text blocks are dropped from the wire
         return [*content[:index], {**block, "cache_control": mark}, *content[index + 1 :]]
     return None
+
+
+def _tool_marked(tool: object) -> bool:
+    # A tool dict carries its mark itself; a LangChain tool in its `extras`, which
+    # ChatAnthropic copies onto the tool's wire form.
+    if isinstance(tool, Mapping):
+        return bool(tool.get("cache_control"))
+    extras = getattr(tool, "extras", None)
+    return isinstance(extras, Mapping) and bool(extras.get("cache_control"))
+
+
+def _count_marks(content: object) -> int:
+    if not isinstance(content, list):
+        return 0
+    return sum(1 for b in content if isinstance(b, Mapping) and b.get("cache_control"))
+
+
+def _client_mark_count(
+    system: SystemMessage | None,
+    messages: Sequence[BaseMessage],
+    tools: Sequence[object],
+    options: Mapping[str, Any],
+) -> int:
+    """How many breakpoints the caller's own marks take on the wire (the limit counts each
+    one, also two at one planner position such as the system prompt and the last tool)."""
+    count = _count_marks(system.content) if system is not None else 0
+    count += sum(1 for t in tools if _tool_marked(t))
+    count += sum(_count_marks(m.content) for m in messages)
+    if options.get("cache_control"):
+        count += 1  # the request-level mark (automatic caching) takes a slot too
+    return count
 
 
 class MarkedRequest:
@@ -135,14 +164,15 @@ def mark_request(
     out = list(messages)
     try:
         client = _client_marks(system, out, tools, options or {})
-        if len(set(client)) >= _MAX_MARKS:
+        used = _client_mark_count(system, out, tools, options or {})
+        if used >= _MAX_MARKS:
             return MarkedRequest(system, out, [])
         chosen = pilot.cache_breakpoints(system_text, view, schemas, thread, client=client)
     except Exception:
         logger.warning("thread %s: cache marks not planned", thread, exc_info=True)
         return MarkedRequest(system, out, [])
     mark = _mark(pilot)
-    budget = _MAX_MARKS - len(set(client))
+    budget = _MAX_MARKS - used
     done: list[int] = []
     taken = set(client)
     for index in sorted(chosen, reverse=True):

@@ -31,6 +31,7 @@ from langchain_core.outputs import LLMResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import SecretStr
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
@@ -215,12 +216,32 @@ def _run_agent(
     api_key: str,
     clock: Callable[[], float] | None,
     recursion_limit: int,
+    anthropic: bool = False,
+    client_marks: str = "default",
 ) -> tuple[DemoRun, _UsageRecorder, CachePilot | None]:
     name = "cachepilot" if with_cachepilot else "vanilla"
-    from langchain_openai import ChatOpenAI
-
-    llm = ChatOpenAI(model=model, base_url=base_url, api_key=api_key, max_retries=0)  # type: ignore[arg-type]
     middleware: list[AgentMiddleware[Any, Any]] = [PerCallSystemPrompt(_system_prompts(session))]
+    llm: Any
+    if anthropic:
+        from langchain_anthropic import ChatAnthropic
+
+        llm = ChatAnthropic(  # type: ignore[call-arg]
+            model=model,
+            base_url=(base_url or "").removesuffix("/v1"),
+            api_key=SecretStr(api_key),
+            max_retries=0,
+        )
+        if client_marks == "default":
+            # What a LangChain user of Claude adds for caching: system prompt, last tool and
+            # the conversation end marked by LangChain's own middleware.
+            from langchain_anthropic.middleware import AnthropicPromptCachingMiddleware
+
+            one_hour = provider_profile.endswith("-1h")
+            middleware.append(AnthropicPromptCachingMiddleware(ttl="1h" if one_hour else "5m"))
+    else:
+        from langchain_openai import ChatOpenAI
+
+        llm = ChatOpenAI(model=model, base_url=base_url, api_key=api_key, max_retries=0)  # type: ignore[arg-type]
     pilot: CachePilot | None = None
     if with_cachepilot:
         pilot = CachePilot(Config(provider=provider_profile), store=InMemoryArtifactStore())
@@ -246,6 +267,18 @@ def _run_agent(
     return run, recorder, pilot
 
 
+def _has_anthropic() -> bool:
+    try:
+        import langchain_anthropic  # noqa: F401
+    except ImportError:
+        logger.warning(
+            "langchain-anthropic is not installed: the agents use the Chat Completions API, "
+            "whose requests carry no cache marks (the simulator marks them as a client would)"
+        )
+        return False
+    return True
+
+
 def _priced(usage: Usage, profile: str) -> tuple[float, float]:
     cost = get_profile(profile).cost(usage)
     return cost.input_usd, cost.input_usd + cost.output_usd
@@ -259,6 +292,7 @@ def run_demo(
     recursion_limit: int = 400,
     predict: bool = True,
     session: Session | None = None,
+    client_marks: str = "default",
 ) -> DemoReport:
     """Run the demo session with and without cachepilot and price every call.
 
@@ -270,6 +304,10 @@ def run_demo(
         recursion_limit: LangGraph step limit per task.
         predict: also replay the session through `cachepilot bench` for comparison.
         session: the session to run (default: the built-in demo session).
+        client_marks: with a breakpoint profile (`anthropic`, `anthropic-1h`) on the replay
+            provider the agents talk to it through `ChatAnthropic`; `default` gives both
+            agents LangChain's `AnthropicPromptCachingMiddleware` (the marks a user sets),
+            `none` leaves only the marks cachepilot places itself.
 
     Raises:
         ValueError: `live` without `OPENAI_API_KEY`.
@@ -306,6 +344,11 @@ def run_demo(
                 )
             runs[run.name] = run
     else:
+        if client_marks not in ("default", "none"):
+            raise ValueError(f"client_marks must be 'default' or 'none', not {client_marks!r}")
+        # A breakpoint provider caches only what a request marks: speak its own API, so the
+        # marks (the user's and cachepilot's) are what decides the hits.
+        anthropic = get_profile(provider_profile).match == "breakpoints" and _has_anthropic()
         script = ReplayScript.from_session(session)
         for with_cp in (False, True):
             with ReplayProvider(script, profile=provider_profile) as provider:
@@ -318,6 +361,8 @@ def run_demo(
                     api_key=provider.api_key,
                     clock=provider.clock,
                     recursion_limit=recursion_limit,
+                    anthropic=anthropic,
+                    client_marks=client_marks,
                 )
                 for record in provider.records:
                     input_usd, total_usd = _priced(record.usage, provider_profile)

@@ -35,7 +35,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
@@ -104,6 +104,18 @@ class Prepared:
     system: str | None = None
     schemas: list[dict[str, Any]] = field(default_factory=list)
     recall: bool = True
+    unmarked: ModelRequest[Any] | None = None
+    """The same request without cachepilot's cache marks (None: it placed none)."""
+    unmarked_sent: list[BaseMessage] | None = None
+
+
+def _too_many_marks(exc: BaseException) -> bool:
+    """The provider's answer to a request with more cache breakpoints than it allows."""
+    try:
+        text = str(exc)
+    except Exception:
+        return False
+    return "cache_control" in text and "maximum" in text
 
 
 class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
@@ -154,6 +166,7 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         self._use_graph_store = use_graph_store
         self.metrics = metrics
         self._converter = MessageConverter()
+        self._marks_rejected = False
         self._offer_recall = self.pilot.config.recall_tool if recall is None else bool(recall)
         self._recall_tool = make_recall_tool(self.pilot, namespace=namespace)
         self.tools: list[BaseTool] = [self._recall_tool] if self._offer_recall else []
@@ -237,7 +250,15 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
             else [t for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
         )
         overrides["tools"] = ordered(tools, names)
-        if is_anthropic_model(request.model) and uses_breakpoints(self.pilot):
+        unmarked: ModelRequest[Any] | None = None
+        unmarked_sent: list[BaseMessage] | None = None
+        if (
+            not self._marks_rejected
+            and is_anthropic_model(request.model)
+            and uses_breakpoints(self.pilot)
+        ):
+            unmarked_sent = list(sent)
+            unmarked = request.override(**{**overrides, "messages": unmarked_sent})
             # Marks go on copies in the request only (never into graph state).
             marked = mark_request(
                 self.pilot,
@@ -262,6 +283,8 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
             system,
             schemas,
             recall,
+            unmarked,
+            unmarked_sent,
         )
 
     def _prepare(self, request: ModelRequest[Any]) -> Prepared:
@@ -407,6 +430,28 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
             schemas=prepared.schemas,
         )
 
+    def _without_marks(self, exc: BaseException, prepared: Prepared) -> Prepared | None:
+        """The request again without cachepilot's marks when the provider refused their
+        number (marks an inner middleware adds are not visible here); marking stops."""
+        if prepared.unmarked is None or prepared.unmarked_sent is None:
+            return None
+        if not _too_many_marks(exc):
+            return None
+        self._marks_rejected = True
+        logger.warning(
+            "the provider refused the request's cache marks (%s): a middleware listed after "
+            "cachepilot adds its own; retrying without cachepilot's marks, and placing none "
+            "from now on (list cachepilot after that middleware to keep both)",
+            type(exc).__name__,
+        )
+        return replace(
+            prepared,
+            request=prepared.unmarked,
+            sent=prepared.unmarked_sent,
+            unmarked=None,
+            unmarked_sent=None,
+        )
+
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
@@ -418,9 +463,13 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         try:
             result = handler(prepared.request)
         except Exception as exc:
-            if not is_context_length_error(exc) or not self._emergency(prepared):
+            unmarked = self._without_marks(exc, prepared)
+            if unmarked is not None:
+                prepared = unmarked
+            elif not is_context_length_error(exc) or not self._emergency(prepared):
                 raise
-            prepared = self._retry_request(request, prepared)
+            else:
+                prepared = self._retry_request(request, prepared)
             sent_before = len(prepared.sent)
             result = handler(prepared.request)
         return self._respond(request, prepared, sent_before, result)
@@ -436,9 +485,13 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         try:
             result = await handler(prepared.request)
         except Exception as exc:
-            if not is_context_length_error(exc) or not self._emergency(prepared):
+            unmarked = self._without_marks(exc, prepared)
+            if unmarked is not None:
+                prepared = unmarked
+            elif not is_context_length_error(exc) or not self._emergency(prepared):
                 raise
-            prepared = self._retry_request(request, prepared)
+            else:
+                prepared = self._retry_request(request, prepared)
             sent_before = len(prepared.sent)
             result = await handler(prepared.request)
         return self._respond(request, prepared, sent_before, result)

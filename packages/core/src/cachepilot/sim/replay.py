@@ -62,6 +62,7 @@ from cachepilot.wire import (
     responses_usage,
     sse,
 )
+from cachepilot.wire.anthropic import MAX_CACHE_MARKS, cache_mark_count
 
 if TYPE_CHECKING:
     from cachepilot.traces.session import Session
@@ -497,6 +498,13 @@ class ReplayProvider:
             request = request_from_chat(body)
         elif api == "anthropic":
             read_view(body, "anthropic")  # strict checks; `parse_body` reads the marks too
+            marks = cache_mark_count(body)
+            if marks > MAX_CACHE_MARKS:
+                raise WireError(
+                    f"A maximum of {MAX_CACHE_MARKS} blocks with cache_control may be "
+                    f"provided. Found {marks}.",
+                    "cache_control",
+                )
             request = parse_body(body, api="anthropic").request
             breakpoints = request.cache_breakpoints
         else:

@@ -19,11 +19,13 @@ from cachepilot.wire._common import simplify as join_content
 from cachepilot.wire.sse import STREAM_PIECE_CHARS
 
 __all__ = [
+    "MAX_CACHE_MARKS",
     "anthropic_blocks",
     "anthropic_events",
     "anthropic_message",
     "anthropic_tool",
     "anthropic_usage",
+    "cache_mark_count",
     "read_anthropic",
 ]
 
@@ -62,6 +64,27 @@ def _anthropic_parts(blocks: Sequence[Any]) -> list[ContentPart]:
             body = {k: v for k, v in block.items() if k != "cache_control"}
             parts.append(TextPart(json.dumps(body, ensure_ascii=False, default=str)))
     return parts
+
+
+MAX_CACHE_MARKS = 4
+"""Breakpoints one Messages request may carry (the API rejects a fifth)."""
+
+
+def cache_mark_count(body: Mapping[str, Any]) -> int:
+    """`cache_control` marks of a Messages request body: on system, tool and message blocks,
+    plus the request-level one (automatic caching takes a breakpoint slot too)."""
+
+    def marked(blocks: object) -> int:
+        if not isinstance(blocks, list):
+            return 0
+        return sum(1 for b in blocks if isinstance(b, Mapping) and b.get("cache_control"))
+
+    count = 1 if body.get("cache_control") else 0
+    count += marked(body.get("system")) + marked(body.get("tools"))
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        count += sum(marked(m.get("content")) for m in messages if isinstance(m, Mapping))
+    return count
 
 
 def read_anthropic(
