@@ -52,6 +52,8 @@ run_lowest() {
 }
 
 run_lowest langgraph tests/langgraph \
-    "packages/core[plot]" "packages/langgraph_plugin[langchain,sqlite]"
+    packages/core "packages/langgraph_plugin[langchain,sqlite]"
+# The Agents tests drive the plugin against the bench's replay provider (real HTTP).
 run_lowest agents tests/agents \
-    packages/core packages/openai_agents_plugin
+    packages/core packages/openai_agents_plugin "packages/langgraph_plugin[langchain]" \
+    packages/bench

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cachepilot.bench import ALL_STRATEGIES, BenchConfig, prepare_sessions, run_bench
-from cachepilot.bench.report import summarize
 from cachepilot.cli import main
-from cachepilot.traces import load_paths
+from cachepilot_bench import ALL_STRATEGIES, BenchConfig, prepare_sessions, run_bench
+from cachepilot_bench.report import summarize
+from cachepilot_bench.traces import load_paths
 
 CONTRACT_KEYS = {
     "cost_usd",

@@ -1,4 +1,4 @@
-"""Tests of the built-in demo workload (cachepilot.demo_workload)."""
+"""Tests of the built-in demo workload (cachepilot_bench.demo_workload)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 import cachepilot
-from cachepilot.demo_workload import (
+from cachepilot.messages import Message, pairing_issues
+from cachepilot.tokens import TokenCounter
+from cachepilot_bench.demo_workload import (
     AGENT_SESSION_UUID,
     DEMO_CWD,
     DEMO_SESSION_ID,
@@ -27,11 +29,9 @@ from cachepilot.demo_workload import (
     run_demo_tool,
     volatile_system_prompt,
 )
-from cachepilot.demo_workload import tools as demo_tools
-from cachepilot.demo_workload.generate import IDLE_GAP_SECONDS, START_EPOCH
-from cachepilot.messages import Message, pairing_issues
-from cachepilot.tokens import TokenCounter
-from cachepilot.traces.session import Session
+from cachepilot_bench.demo_workload import tools as demo_tools
+from cachepilot_bench.demo_workload.generate import IDLE_GAP_SECONDS, START_EPOCH
+from cachepilot_bench.traces.session import Session
 
 DATA_DIR = Path(demo_tools.__file__).parent / "data"
 SERVICE = "inventory/service.py"
@@ -40,6 +40,9 @@ SERVICE = "inventory/service.py"
 @pytest.fixture(scope="module")
 def session() -> Session:
     return build_demo_session()
+
+
+CAPTURE_MODULE = "cachepilot_bench.demo_workload._capture"
 
 
 def _blob(session: Session) -> str:
@@ -319,7 +322,7 @@ def test_captured_runs_match_the_workspace_exactly(session: Session) -> None:
             assert any(
                 r.command == command and r.installed == state.installed and dict(r.tree) == tree
                 for r in runs
-            ), f"stale capture for {command!r}: run python -m cachepilot.demo_workload._capture"
+            ), f"stale capture for {command!r}: run python -m {CAPTURE_MODULE}"
             checked += 1
         run_demo_tool(call.name, call.arguments, state)
     assert checked >= 8

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from cachepilot.cli import main
-from cachepilot.demo_workload import build_demo_session
-from cachepilot.sim.replay import ReplayProvider, ReplayScript
-from cachepilot_langgraph.demo import run_demo
+from cachepilot_bench.demo_workload import build_demo_session
+from cachepilot_bench.frameworks.langgraph_demo import run_demo
+from cachepilot_bench.replay import ReplayProvider, ReplayScript
 
 
 def test_demo_command_runs_a_real_agent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

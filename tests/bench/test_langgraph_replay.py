@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from cachepilot.bench import BenchConfig, run_bench
-from cachepilot.demo_workload import build_demo_session
-from cachepilot.traces import load_paths
-from cachepilot_langgraph.replay_agent import replay_session
+from cachepilot_bench import BenchConfig, run_bench
+from cachepilot_bench.demo_workload import build_demo_session
+from cachepilot_bench.frameworks.langgraph_replay import replay_session
+from cachepilot_bench.traces import load_paths
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
 

@@ -2,7 +2,7 @@
 
 Tests marked `needs_headroom` run Headroom 0.42 itself and skip when it is not installed
 (it is not part of the workspace); run them with
-`uv run --with 'headroom-ai[langchain]==0.42.0' pytest tests/core/test_peer_headroom.py`.
+`uv run --with 'headroom-ai[langchain]==0.42.0' pytest tests/bench/test_peer_headroom.py`.
 The adapter and the missing-dependency path are tested without it.
 """
 
@@ -16,28 +16,28 @@ from collections.abc import Sequence
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from cachepilot.bench import BenchConfig, run_bench
-from cachepilot.bench.harness import run_session
-from cachepilot.bench.peers.headroom_convert import ViewRestorer
-from cachepilot.bench.peers.lc_convert import LcConverter
-from cachepilot.bench.registry import (
+from cachepilot.cli import main
+from cachepilot.messages import Message, ToolCall
+from cachepilot.tokens import TokenCounter
+from cachepilot_bench import BenchConfig, run_bench
+from cachepilot_bench.harness import run_session
+from cachepilot_bench.peers.headroom_convert import ViewRestorer
+from cachepilot_bench.peers.lc_convert import LcConverter
+from cachepilot_bench.registry import (
     ALL_STRATEGIES,
     OPTIONAL_STRATEGIES,
     available_strategies,
     make_strategy,
 )
-from cachepilot.bench.report import summarize
-from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext, Strategy
-from cachepilot.cli import main
-from cachepilot.messages import Message, ToolCall
-from cachepilot.tokens import TokenCounter
-from cachepilot.traces.session import Session
+from cachepilot_bench.report import summarize
+from cachepilot_bench.strategy import CallContext, PreparedCall, SessionContext, Strategy
+from cachepilot_bench.traces.session import Session
 
 HEADROOM_MISSING = importlib.util.find_spec("headroom") is None
 needs_headroom = pytest.mark.skipif(
     HEADROOM_MISSING,
     reason="Headroom is not installed here; run: uv run --with "
-    "'headroom-ai[langchain]==0.42.0' pytest tests/core/test_peer_headroom.py",
+    "'headroom-ai[langchain]==0.42.0' pytest tests/bench/test_peer_headroom.py",
 )
 
 COUNTER = TokenCounter("approximate")
@@ -115,7 +115,7 @@ def _hide_headroom(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [m for m in sys.modules if m == "headroom" or m.startswith("headroom.")]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "headroom", None)
-    monkeypatch.delitem(sys.modules, "cachepilot.bench.peers.headroom", raising=False)
+    monkeypatch.delitem(sys.modules, "cachepilot_bench.peers.headroom", raising=False)
 
 
 def test_missing_headroom_names_the_command_that_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -281,7 +281,7 @@ def test_json_array_is_compacted_without_loss_and_deterministically() -> None:
 
 @needs_headroom
 def test_demo_session_through_run_bench() -> None:
-    from cachepilot.demo_workload import build_demo_session
+    from cachepilot_bench.demo_workload import build_demo_session
 
     config = BenchConfig(workers=1)
     results = run_bench([build_demo_session()], ["vanilla", "headroom"], config)

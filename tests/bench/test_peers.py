@@ -7,21 +7,6 @@ from collections.abc import Sequence
 
 import pytest
 
-from cachepilot.bench.peers import (
-    AgentsTrimmer,
-    KeepLastN,
-    LcClearToolUses,
-    LcClearToolUsesScaled,
-    LcSummarization,
-    OpenCodePrune,
-)
-from cachepilot.bench.peers.agents_convert import from_items, items_to_messages, to_items
-from cachepilot.bench.peers.opencode_prune import (
-    CLEARED_PLACEHOLDER,
-    estimate_tokens,
-    prune_candidates,
-)
-from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext, Strategy
 from cachepilot.messages import (
     ImagePart,
     Message,
@@ -31,6 +16,21 @@ from cachepilot.messages import (
     pairing_issues,
 )
 from cachepilot.tokens import TokenCounter
+from cachepilot_bench.peers import (
+    AgentsTrimmer,
+    KeepLastN,
+    LcClearToolUses,
+    LcClearToolUsesScaled,
+    LcSummarization,
+    OpenCodePrune,
+)
+from cachepilot_bench.peers.agents_convert import from_items, items_to_messages, to_items
+from cachepilot_bench.peers.opencode_prune import (
+    CLEARED_PLACEHOLDER,
+    estimate_tokens,
+    prune_candidates,
+)
+from cachepilot_bench.strategy import CallContext, PreparedCall, SessionContext, Strategy
 
 COUNTER = TokenCounter("approximate")
 SYSTEM = "You are a careful coding agent."
@@ -383,7 +383,7 @@ ROUND_TRIP = [
 def test_lc_convert_round_trip_is_exact() -> None:
     from langchain_core.messages import AIMessage
 
-    from cachepilot.bench.peers.lc_convert import from_lc, to_lc
+    from cachepilot_bench.peers.lc_convert import from_lc, to_lc
 
     lc = to_lc(ROUND_TRIP)
     assert from_lc(lc) == ROUND_TRIP
@@ -399,7 +399,7 @@ def test_lc_convert_round_trip_is_exact() -> None:
 def test_lc_convert_shows_edited_tool_arguments() -> None:
     from langchain_core.messages import AIMessage
 
-    from cachepilot.bench.peers.lc_convert import from_lc_message, to_lc
+    from cachepilot_bench.peers.lc_convert import from_lc_message, to_lc
 
     ai = to_lc(ROUND_TRIP)[2]
     assert isinstance(ai, AIMessage)
@@ -477,9 +477,9 @@ def test_importing_peers_loads_no_framework() -> None:
     import sys
 
     code = (
-        "import sys, cachepilot.bench.peers\n"
-        "import cachepilot.bench.peers.keep_last_n, cachepilot.bench.peers.opencode_prune\n"
-        "import cachepilot.bench.peers.agents_convert\n"
+        "import sys, cachepilot_bench.peers\n"
+        "import cachepilot_bench.peers.keep_last_n, cachepilot_bench.peers.opencode_prune\n"
+        "import cachepilot_bench.peers.agents_convert\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
         "{'langchain', 'langchain_core', 'langgraph', 'agents'})\n"
         "assert not bad, bad\n"

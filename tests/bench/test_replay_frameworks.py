@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from cachepilot.demo_workload import (
+from cachepilot.usage import Usage
+from cachepilot_bench.demo_workload import (
     DEMO_TOOL_SCHEMAS,
     DemoToolState,
     build_demo_session,
     run_demo_tool,
 )
-from cachepilot.sim.replay import FINISHED_TEXT, ReplayProvider, ReplayScript
-from cachepilot.usage import Usage
+from cachepilot_bench.replay import FINISHED_TEXT, ReplayProvider, ReplayScript
 
 langchain_openai = pytest.importorskip("langchain_openai")
 from langchain.agents import create_agent  # noqa: E402

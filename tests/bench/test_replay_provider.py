@@ -24,25 +24,25 @@ from openai import OpenAI
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from cachepilot.demo_workload import (
+from cachepilot.messages import Message, ReasoningPart, TextPart, ToolCall
+from cachepilot.sim import LOGICAL_STEP_SECONDS
+from cachepilot.usage import Usage
+from cachepilot.wire import chat_messages, responses_input
+from cachepilot_bench.demo_workload import (
     DEMO_TOOL_SCHEMAS,
     TASK2_FIRST_CALL,
     build_demo_session,
     call_timestamp,
     volatile_system_prompt,
 )
-from cachepilot.messages import Message, ReasoningPart, TextPart, ToolCall
-from cachepilot.sim import LOGICAL_STEP_SECONDS
-from cachepilot.sim.replay import (
+from cachepilot_bench.replay import (
     FINISHED_TEXT,
     ReplayProvider,
     ReplayRecord,
     ReplayScript,
     ReplayTurn,
 )
-from cachepilot.traces.session import Session
-from cachepilot.usage import Usage
-from cachepilot.wire import chat_messages, responses_input
+from cachepilot_bench.traces.session import Session
 
 SESSION = build_demo_session()
 SCRIPT = ReplayScript.from_session(SESSION)

@@ -21,15 +21,15 @@ from pathlib import Path
 import pytest
 
 from cachepilot.sim import get_profile
-from cachepilot.sim.calibrate import (
+from cachepilot.tokens import get_counter
+from cachepilot_bench.calibrate import (
     CalibrationReport,
     calibrate,
     calibrate_session,
     profile_for,
     summarize,
 )
-from cachepilot.tokens import get_counter
-from cachepilot.traces import Session, load_paths
+from cachepilot_bench.traces import Session, load_paths
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
 DEEPSEEK = TRACES / "mini_swe_agent_deepseek_toolcall"

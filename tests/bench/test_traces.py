@@ -18,9 +18,9 @@ from cachepilot.messages import (
     ToolCall,
     pairing_issues,
 )
-from cachepilot.traces import FORMATS, Session, detect_format, load_file, load_paths
-from cachepilot.traces._common import NO_RESULT, repair_pairing
 from cachepilot.usage import Usage
+from cachepilot_bench.traces import FORMATS, Session, detect_format, load_file, load_paths
+from cachepilot_bench.traces._common import NO_RESULT, repair_pairing
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
 CC = "claude_code_spotter/test/fixtures/transcripts"
@@ -848,7 +848,7 @@ def test_broken_files_are_skipped_with_one_warning_each(
     _json(tmp_path / "other.json", {"hello": "world"})
     (tmp_path / "notes.md").write_text("not a trace")
     (tmp_path / ".hidden.jsonl").write_text("garbage")
-    with caplog.at_level(logging.WARNING, logger="cachepilot.traces"):
+    with caplog.at_level(logging.WARNING, logger="cachepilot_bench.traces"):
         sessions = load_paths([tmp_path, tmp_path / "missing-dir"])
     assert [s.id for s in sessions] == ["good.jsonl", "good.jsonl#2"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -869,7 +869,7 @@ def test_broken_files_are_skipped_with_one_warning_each(
 def test_load_file_on_undetectable_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "random.txt"
     path.write_text("hello world")
-    with caplog.at_level(logging.WARNING, logger="cachepilot.traces"):
+    with caplog.at_level(logging.WARNING, logger="cachepilot_bench.traces"):
         assert load_file(path) == []
     assert len(caplog.records) == 1 and "random.txt" in caplog.records[0].getMessage()
     assert detect_format(tmp_path / "does-not-exist.json") is None

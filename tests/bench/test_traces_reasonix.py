@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from cachepilot.messages import pairing_issues
-from cachepilot.sim.calibrate import calibrate
 from cachepilot.tokens import get_counter
-from cachepilot.traces import detect_format, load_file, load_paths
+from cachepilot_bench.calibrate import calibrate
+from cachepilot_bench.traces import detect_format, load_file, load_paths
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reasonix"
 FULL = Path(

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from cachepilot.bench.fidelity import FactIndex, extract_candidates, view_text
+from cachepilot.facts import FactIndex, extract_candidates, view_text
 from cachepilot.messages import Message, ToolCall
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cachepilot.bench.harness import (
+from cachepilot_bench.harness import (
     BenchConfig,
     CallResult,
     SessionResult,
@@ -11,13 +11,13 @@ from cachepilot.bench.harness import (
     run_bench,
     run_session,
 )
-from cachepilot.bench.registry import (
+from cachepilot_bench.registry import (
     ALL_STRATEGIES,
     PEER_STRATEGIES,
     available_strategies,
     make_strategy,
 )
-from cachepilot.bench.strategy import (
+from cachepilot_bench.strategy import (
     CallContext,
     ExtraCall,
     PreparedCall,

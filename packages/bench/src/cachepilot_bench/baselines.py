@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cachepilot.bench.strategy import CallContext, PreparedCall, StatefulStrategy
+from cachepilot_bench.strategy import CallContext, PreparedCall, StatefulStrategy
 
 __all__ = ["Vanilla"]
 

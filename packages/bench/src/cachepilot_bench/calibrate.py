@@ -44,8 +44,8 @@ from cachepilot.sim.engine import CacheSimulator
 from cachepilot.sim.profiles import DEFAULT_PROFILE, ProviderProfile, get_profile
 from cachepilot.sim.render import Request, render_request
 from cachepilot.tokens import TokenCounter, get_counter
-from cachepilot.traces import Session, load_paths, split_system
 from cachepilot.usage import Usage
+from cachepilot_bench.traces import Session, load_paths, split_system
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -411,5 +411,5 @@ def calibrate_paths(
     profile: ProviderProfile | str | None = None,
     counter: TokenCounter | None = None,
 ) -> CalibrationReport:
-    """Load trace files or folders (`cachepilot.traces.load_paths`) and `calibrate` them."""
+    """Load trace files or folders (`cachepilot_bench.traces.load_paths`) and `calibrate` them."""
     return calibrate(load_paths(paths), profile, counter)

@@ -16,22 +16,22 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from cachepilot.bench.fidelity import FactIndex, view_text
-from cachepilot.bench.registry import make_strategy, validate_names
-from cachepilot.bench.strategy import (
+from cachepilot.facts import FactIndex, view_text
+from cachepilot.messages import Message, TextPart, ToolCall, pairing_issues
+from cachepilot.pricing import Price, cost
+from cachepilot.sim import DEFAULT_PROFILE, CacheSimulator, Request, get_profile, render_request
+from cachepilot.tokens import TokenCounter, get_counter
+from cachepilot.usage import Usage
+from cachepilot_bench.calibrate import estimate_hidden_prefix
+from cachepilot_bench.registry import make_strategy, validate_names
+from cachepilot_bench.strategy import (
     CallContext,
     ClientMarks,
     PreparedCall,
     SessionContext,
     Strategy,
 )
-from cachepilot.messages import Message, TextPart, ToolCall, pairing_issues
-from cachepilot.pricing import Price, cost
-from cachepilot.sim import DEFAULT_PROFILE, CacheSimulator, Request, get_profile, render_request
-from cachepilot.sim.calibrate import estimate_hidden_prefix
-from cachepilot.tokens import TokenCounter, get_counter
-from cachepilot.traces.session import Session, split_system
-from cachepilot.usage import Usage
+from cachepilot_bench.traces.session import Session, split_system
 
 __all__ = [
     "BenchConfig",

@@ -21,7 +21,7 @@ from typing import Any
 from cachepilot.memory import RESUME_TIERS, SessionMemory
 from cachepilot.memory.patterns import FILE_EXTENSIONS
 from cachepilot.tokens import TokenCounter, get_counter
-from cachepilot.traces import Session, load_paths
+from cachepilot_bench.traces import Session, load_paths
 
 __all__ = [
     "ResumeReport",

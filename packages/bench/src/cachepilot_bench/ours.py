@@ -9,13 +9,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.bench.strategy import (
-    CallContext,
-    ExtraCall,
-    PreparedCall,
-    SessionContext,
-    StatefulStrategy,
-)
 from cachepilot.compress import (
     CompressorCall,
     CompressorConfig,
@@ -26,6 +19,13 @@ from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import Message
 from cachepilot.pilot import CachePilot, Config
 from cachepilot.sim import get_profile
+from cachepilot_bench.strategy import (
+    CallContext,
+    ExtraCall,
+    PreparedCall,
+    SessionContext,
+    StatefulStrategy,
+)
 
 LOGICAL_STEP_SECONDS = 10.0
 

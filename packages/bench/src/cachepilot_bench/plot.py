@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from itertools import accumulate
 from pathlib import Path
 
-from cachepilot.bench.harness import SessionResult
+from cachepilot_bench.harness import SessionResult
 
 __all__ = ["write_plot"]
 

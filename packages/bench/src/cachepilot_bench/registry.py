@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 
-from cachepilot.bench.strategy import Strategy
+from cachepilot_bench.strategy import Strategy
 
 __all__ = [
     "ALL_STRATEGIES",
@@ -18,20 +18,20 @@ __all__ = [
 ]
 
 _TARGETS: dict[str, str] = {
-    "vanilla": "cachepilot.bench.baselines:Vanilla",
-    "keep-last-n": "cachepilot.bench.peers.keep_last_n:KeepLastN",
-    "opencode-prune": "cachepilot.bench.peers.opencode_prune:OpenCodePrune",
-    "lc-clear-tool-uses": "cachepilot.bench.peers.lc_clear_tool_uses:LcClearToolUses",
-    "lc-clear-tool-uses-scaled": "cachepilot.bench.peers.lc_clear_tool_uses:LcClearToolUsesScaled",
-    "lc-summarization": "cachepilot.bench.peers.lc_summarization:LcSummarization",
-    "agents-trimmer": "cachepilot.bench.peers.agents_trimmer:AgentsTrimmer",
-    "cachepilot": "cachepilot.bench.ours:CachePilotStrategy",
-    "cachepilot-no-canonical": "cachepilot.bench.ours:CachePilotNoCanonical",
-    "cachepilot-no-reduce": "cachepilot.bench.ours:CachePilotNoReduce",
-    "cachepilot-no-evict": "cachepilot.bench.ours:CachePilotNoEvict",
-    "cachepilot-no-schedule": "cachepilot.bench.ours:CachePilotNoSchedule",
-    "cachepilot-llm": "cachepilot.bench.ours:CachePilotLLM",
-    "headroom": "cachepilot.bench.peers.headroom:Headroom",
+    "vanilla": "cachepilot_bench.baselines:Vanilla",
+    "keep-last-n": "cachepilot_bench.peers.keep_last_n:KeepLastN",
+    "opencode-prune": "cachepilot_bench.peers.opencode_prune:OpenCodePrune",
+    "lc-clear-tool-uses": "cachepilot_bench.peers.lc_clear_tool_uses:LcClearToolUses",
+    "lc-clear-tool-uses-scaled": "cachepilot_bench.peers.lc_clear_tool_uses:LcClearToolUsesScaled",
+    "lc-summarization": "cachepilot_bench.peers.lc_summarization:LcSummarization",
+    "agents-trimmer": "cachepilot_bench.peers.agents_trimmer:AgentsTrimmer",
+    "cachepilot": "cachepilot_bench.ours:CachePilotStrategy",
+    "cachepilot-no-canonical": "cachepilot_bench.ours:CachePilotNoCanonical",
+    "cachepilot-no-reduce": "cachepilot_bench.ours:CachePilotNoReduce",
+    "cachepilot-no-evict": "cachepilot_bench.ours:CachePilotNoEvict",
+    "cachepilot-no-schedule": "cachepilot_bench.ours:CachePilotNoSchedule",
+    "cachepilot-llm": "cachepilot_bench.ours:CachePilotLLM",
+    "headroom": "cachepilot_bench.peers.headroom:Headroom",
 }
 
 _INSTALL_HINTS: dict[str, str] = {

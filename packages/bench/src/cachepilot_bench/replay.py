@@ -10,8 +10,8 @@ replies are the recording, whatever the request says.
 
 ```python
 from openai import OpenAI
-from cachepilot.demo_workload import build_demo_session
-from cachepilot.sim.replay import ReplayProvider, ReplayScript
+from cachepilot_bench.demo_workload import build_demo_session
+from cachepilot_bench.replay import ReplayProvider, ReplayScript
 
 script = ReplayScript.from_session(build_demo_session())
 with ReplayProvider(script) as provider:
@@ -37,7 +37,6 @@ from cachepilot.messages import Message, ReasoningPart
 from cachepilot.sim.engine import CacheSimulator
 from cachepilot.sim.profiles import DEFAULT_PROFILE, LOGICAL_STEP_SECONDS, ProviderProfile
 from cachepilot.sim.render import Request
-from cachepilot.sim.replay_server import ReplayHTTPServer, Response
 from cachepilot.tokens import TokenCounter, get_counter
 from cachepilot.usage import Usage
 from cachepilot.wire import (
@@ -62,9 +61,10 @@ from cachepilot.wire import (
     responses_usage,
     sse,
 )
+from cachepilot_bench.replay_server import ReplayHTTPServer, Response
 
 if TYPE_CHECKING:
-    from cachepilot.traces.session import Session
+    from cachepilot_bench.traces.session import Session
 
 __all__ = [
     "FINISHED_TEXT",

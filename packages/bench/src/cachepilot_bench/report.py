@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cachepilot.bench.harness import BenchConfig, SessionResult
+from cachepilot_bench.harness import BenchConfig, SessionResult
 
 __all__ = ["format_table", "strategy_totals", "summarize"]
 

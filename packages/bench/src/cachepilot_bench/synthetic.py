@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from cachepilot.messages import Message, ToolCall
-from cachepilot.traces.session import Session
+from cachepilot_bench.traces.session import Session
 
 __all__ = ["WRITE_TOOLS", "large_write_session", "module_source"]
 

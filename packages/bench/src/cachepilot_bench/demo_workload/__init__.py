@@ -8,7 +8,7 @@ provider.
 
 from __future__ import annotations
 
-from cachepilot.demo_workload.generate import (
+from cachepilot_bench.demo_workload.generate import (
     AGENT_SESSION_UUID,
     DEMO_SESSION_ID,
     TASK2_FIRST_CALL,
@@ -16,7 +16,7 @@ from cachepilot.demo_workload.generate import (
     call_timestamp,
     volatile_system_prompt,
 )
-from cachepilot.demo_workload.tools import (
+from cachepilot_bench.demo_workload.tools import (
     DEMO_CWD,
     DEMO_TOOL_SCHEMAS,
     DEMO_TOOLS,

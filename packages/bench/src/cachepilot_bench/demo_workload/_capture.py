@@ -1,6 +1,6 @@
 """Maintainer tool: re-capture the test and lint outputs the demo session shows.
 
-Run ``uv run python -m cachepilot.demo_workload._capture`` from a source checkout after
+Run ``uv run python -m cachepilot_bench.demo_workload._capture`` from a source checkout after
 changing the shipped project or the session script. It plays the session, and for every
 ``pytest`` / ``ruff`` command writes the workspace as edited so far to a temporary folder,
 runs the real command there (with colours, as in a terminal) and stores the output under
@@ -22,8 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cachepilot.demo_workload.generate import record_demo_session
-from cachepilot.demo_workload.tools import DEMO_CWD, DemoToolState
+from cachepilot_bench.demo_workload.generate import record_demo_session
+from cachepilot_bench.demo_workload.tools import DEMO_CWD, DemoToolState
 
 __all__ = ["capture", "main"]
 
@@ -87,7 +87,7 @@ def capture(outputs: Path = _OUTPUTS) -> list[dict[str, Any]]:
     manifest = {
         "note": (
             "Real pytest/ruff runs of the shipped project as edited by the demo session, "
-            "written by `python -m cachepilot.demo_workload._capture`; tree = sha256[:16] of "
+            "written by `python -m cachepilot_bench.demo_workload._capture`; tree = sha256[:16] of "
             "each .py/.toml file of the workspace at the time of the run."
         ),
         "runs": runs,

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from cachepilot.demo_workload.tools import (
+from cachepilot.messages import Message, ToolCall
+from cachepilot_bench.demo_workload.tools import (
     DEMO_CWD,
     DEMO_TOOL_SCHEMAS,
     DOCS_URL,
@@ -26,8 +27,7 @@ from cachepilot.demo_workload.tools import (
     DemoToolState,
     run_demo_tool,
 )
-from cachepilot.messages import Message, ToolCall
-from cachepilot.traces.session import RecordedCall, Session
+from cachepilot_bench.traces.session import RecordedCall, Session
 
 __all__ = [
     "AGENT_SESSION_UUID",
@@ -754,7 +754,7 @@ def build_demo_session() -> Session:
 def record_demo_session(state: DemoToolState) -> Session:
     """Play the session script on `state` (a fresh one for the shipped session).
 
-    The capture script (``python -m cachepilot.demo_workload._capture``) passes a state whose
+    The capture script (``python -m cachepilot_bench.demo_workload._capture``) passes a state whose
     `DemoToolState.command_runner` runs test and lint commands for real.
     """
     recorder = _Recorder(state=state)

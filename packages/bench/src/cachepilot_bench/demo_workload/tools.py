@@ -71,7 +71,7 @@ _MISSING = "(no matches)"
 
 
 def _data_root() -> Traversable:
-    return resources.files("cachepilot.demo_workload").joinpath("data")
+    return resources.files("cachepilot_bench.demo_workload").joinpath("data")
 
 
 def _walk(node: Traversable, prefix: str) -> list[tuple[str, Traversable]]:

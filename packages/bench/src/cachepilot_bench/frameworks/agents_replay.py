@@ -1,6 +1,6 @@
 """Run a recorded session through a real Agents SDK `Runner` against the replay provider.
 
-The replay provider (`cachepilot.sim.replay.ReplayProvider`) is an OpenAI-compatible endpoint on
+The replay provider (`cachepilot_bench.replay.ReplayProvider`) is an OpenAI-compatible endpoint on
 loopback that answers each model request with the next recorded assistant turn and reports the
 usage a provider cache would bill for the request body it actually received. Replay tools return
 the recorded tool outputs, so the agent walks the recorded session end to end, through the SDK's
@@ -8,7 +8,7 @@ real model classes and the real `openai` client, with or without cachepilot, and
 measured on what the framework really sent.
 
 ```python
-from cachepilot.sim.replay import ReplayProvider, ReplayScript
+from cachepilot_bench.replay import ReplayProvider, ReplayScript
 
 with ReplayProvider(script) as provider:
     plain = await run_script(script, provider)
@@ -39,9 +39,9 @@ from agents.tool_context import ToolContext
 from openai import AsyncOpenAI
 
 from cachepilot.sim import get_profile
-from cachepilot.sim.replay import ReplayProvider, ReplayRecord, ReplayScript
 from cachepilot.usage import Usage
 from cachepilot_agents.plugin import CachePilotAgents
+from cachepilot_bench.replay import ReplayProvider, ReplayRecord, ReplayScript
 
 __all__ = ["ReplayRun", "replay_agent", "replay_tools", "run_script"]
 

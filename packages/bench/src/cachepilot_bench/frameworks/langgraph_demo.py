@@ -3,7 +3,7 @@
 
 The agent is LangChain's `create_agent` with `ChatOpenAI` and the demo's deterministic tools
 (they read and edit a small shipped project). By default the model is the replay provider
-(`cachepilot.sim.replay`): an OpenAI-compatible endpoint on loopback that replays the
+(`cachepilot_bench.replay`): an OpenAI-compatible endpoint on loopback that replays the
 session's recorded assistant turns and reports usage computed by the cache simulator on the
 request bodies the framework really sent. It is a replay, not a language model. With
 `live=True` a real OpenAI-compatible endpoint answers instead (`OPENAI_API_KEY`, optional
@@ -34,18 +34,18 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.demo_workload import (
+from cachepilot.sim import get_profile
+from cachepilot.usage import Usage
+from cachepilot_bench.demo_workload import (
     DEMO_TOOL_SCHEMAS,
     DemoToolState,
     build_demo_session,
     run_demo_tool,
 )
-from cachepilot.sim import get_profile
-from cachepilot.sim.replay import ReplayProvider, ReplayScript
-from cachepilot.traces import Session
-from cachepilot.usage import Usage
+from cachepilot_bench.frameworks.langgraph_replay import PerCallSystemPrompt
+from cachepilot_bench.replay import ReplayProvider, ReplayScript
+from cachepilot_bench.traces import Session
 from cachepilot_langgraph.middleware import CachePilotMiddleware
-from cachepilot_langgraph.replay_agent import PerCallSystemPrompt
 
 __all__ = [
     "DemoCall",
@@ -347,7 +347,7 @@ def run_demo(
 
 
 def _bench_prediction(session: Session, provider_profile: str) -> dict[str, float]:
-    from cachepilot.bench import BenchConfig, run_bench
+    from cachepilot_bench import BenchConfig, run_bench
 
     results = run_bench(
         [session], ["vanilla", "cachepilot"], BenchConfig(provider=provider_profile, workers=1)

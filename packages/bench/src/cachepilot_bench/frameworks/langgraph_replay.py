@@ -28,10 +28,10 @@ from langgraph.types import Command
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.sim import get_profile
-from cachepilot.sim.calibrate import estimate_hidden_prefix
-from cachepilot.sim.replay import ReplayProvider, ReplayScript
 from cachepilot.tokens import get_counter
-from cachepilot.traces import Session
+from cachepilot_bench.calibrate import estimate_hidden_prefix
+from cachepilot_bench.replay import ReplayProvider, ReplayScript
+from cachepilot_bench.traces import Session
 from cachepilot_langgraph.middleware import CachePilotMiddleware
 
 __all__ = ["AgentReplay", "PerCallSystemPrompt", "replay_session", "replay_tools"]

@@ -14,12 +14,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cachepilot.bench.peers.agents_trimmer import AgentsTrimmer
-    from cachepilot.bench.peers.headroom import Headroom
-    from cachepilot.bench.peers.keep_last_n import KeepLastN
-    from cachepilot.bench.peers.lc_clear_tool_uses import LcClearToolUses, LcClearToolUsesScaled
-    from cachepilot.bench.peers.lc_summarization import LcSummarization
-    from cachepilot.bench.peers.opencode_prune import OpenCodePrune
+    from cachepilot_bench.peers.agents_trimmer import AgentsTrimmer
+    from cachepilot_bench.peers.headroom import Headroom
+    from cachepilot_bench.peers.keep_last_n import KeepLastN
+    from cachepilot_bench.peers.lc_clear_tool_uses import LcClearToolUses, LcClearToolUsesScaled
+    from cachepilot_bench.peers.lc_summarization import LcSummarization
+    from cachepilot_bench.peers.opencode_prune import OpenCodePrune
 
 __all__ = [
     "AgentsTrimmer",

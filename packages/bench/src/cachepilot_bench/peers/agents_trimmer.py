@@ -26,10 +26,10 @@ from agents import Agent
 from agents.extensions.tool_output_trimmer import ToolOutputTrimmer
 from agents.run_config import CallModelData, ModelInputData
 
-from cachepilot.bench.peers._common import PairingWatch, is_prefix
-from cachepilot.bench.peers.agents_convert import from_items, message_to_items, to_items
-from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext, StatefulStrategy
 from cachepilot.messages import Message
+from cachepilot_bench.peers._common import PairingWatch, is_prefix
+from cachepilot_bench.peers.agents_convert import from_items, message_to_items, to_items
+from cachepilot_bench.strategy import CallContext, PreparedCall, SessionContext, StatefulStrategy
 
 __all__ = ["AgentsTrimmer"]
 

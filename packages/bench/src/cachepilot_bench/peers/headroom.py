@@ -64,12 +64,12 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langsmith.run_helpers import tracing_context
 from pydantic import PrivateAttr
 
-from cachepilot.bench.peers._common import PairingWatch, is_prefix
-from cachepilot.bench.peers.headroom_convert import ViewRestorer
-from cachepilot.bench.peers.lc_convert import LcConverter
-from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext, StatefulStrategy
 from cachepilot.messages import Message, TextPart
 from cachepilot.sim import DEFAULT_PROFILE, get_profile
+from cachepilot_bench.peers._common import PairingWatch, is_prefix
+from cachepilot_bench.peers.headroom_convert import ViewRestorer
+from cachepilot_bench.peers.lc_convert import LcConverter
+from cachepilot_bench.strategy import CallContext, PreparedCall, SessionContext, StatefulStrategy
 
 __all__ = ["OFFLINE_ENVIRONMENT", "RETRIEVE_TOOL_NAME", "CaptureModel", "Headroom"]
 

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from cachepilot.bench.peers.lc_convert import from_lc, from_lc_message
 from cachepilot.messages import Message
+from cachepilot_bench.peers.lc_convert import from_lc, from_lc_message
 
 __all__ = ["ViewRestorer"]
 

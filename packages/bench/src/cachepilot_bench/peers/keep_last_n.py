@@ -16,14 +16,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from cachepilot.bench.peers._common import (
+from cachepilot.messages import Message
+from cachepilot_bench.peers._common import (
     PairingWatch,
     is_prefix,
     request_tokens,
     user_turn_starts,
 )
-from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext, StatefulStrategy
-from cachepilot.messages import Message
+from cachepilot_bench.strategy import CallContext, PreparedCall, SessionContext, StatefulStrategy
 
 __all__ = ["KeepLastN"]
 

@@ -33,11 +33,11 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMe
 from langgraph.runtime import Runtime
 from langsmith.run_helpers import tracing_context
 
-from cachepilot.bench.peers._common import PairingWatch, is_prefix
-from cachepilot.bench.peers.lc_convert import LcConverter, from_lc_reusing
-from cachepilot.bench.peers.lc_standin import StandInSummaryModel
-from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext, StatefulStrategy
 from cachepilot.messages import Message
+from cachepilot_bench.peers._common import PairingWatch, is_prefix
+from cachepilot_bench.peers.lc_convert import LcConverter, from_lc_reusing
+from cachepilot_bench.peers.lc_standin import StandInSummaryModel
+from cachepilot_bench.strategy import CallContext, PreparedCall, SessionContext, StatefulStrategy
 
 __all__ = ["LcClearToolUses", "LcClearToolUsesScaled"]
 

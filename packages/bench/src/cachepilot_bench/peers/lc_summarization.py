@@ -40,17 +40,17 @@ from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 from langsmith.run_helpers import tracing_context
 
-from cachepilot.bench.peers._common import PairingWatch
-from cachepilot.bench.peers.lc_convert import LcConverter, from_lc, from_lc_reusing
-from cachepilot.bench.peers.lc_standin import StandInSummaryModel
-from cachepilot.bench.strategy import (
+from cachepilot.messages import Message
+from cachepilot_bench.peers._common import PairingWatch
+from cachepilot_bench.peers.lc_convert import LcConverter, from_lc, from_lc_reusing
+from cachepilot_bench.peers.lc_standin import StandInSummaryModel
+from cachepilot_bench.strategy import (
     CallContext,
     ExtraCall,
     PreparedCall,
     SessionContext,
     StatefulStrategy,
 )
-from cachepilot.messages import Message
 
 __all__ = ["LcSummarization"]
 

@@ -35,9 +35,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from cachepilot.bench.peers._common import PairingWatch
-from cachepilot.bench.strategy import CallContext, PreparedCall, SessionContext, StatefulStrategy
 from cachepilot.messages import Message
+from cachepilot_bench.peers._common import PairingWatch
+from cachepilot_bench.strategy import CallContext, PreparedCall, SessionContext, StatefulStrategy
 
 __all__ = [
     "CLEARED_PLACEHOLDER",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from cachepilot.traces import (
+from cachepilot_bench.traces import (
     claude_code,
     mini_swe_agent,
     openhands,
@@ -26,8 +26,8 @@ from cachepilot.traces import (
     swe_agent,
     tau_bench,
 )
-from cachepilot.traces.detect import detect_format
-from cachepilot.traces.session import RecordedCall, Session, split_system
+from cachepilot_bench.traces.detect import detect_format
+from cachepilot_bench.traces.session import RecordedCall, Session, split_system
 
 __all__ = [
     "FORMATS",

@@ -6,10 +6,10 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cachepilot.audit.sources import iso_to_unix
 from cachepilot.messages import (
     ContentPart,
     ImagePart,
@@ -19,8 +19,8 @@ from cachepilot.messages import (
     ToolCall,
     pairing_issues,
 )
-from cachepilot.traces.session import RecordedCall, Session
 from cachepilot.usage import Usage
+from cachepilot_bench.traces.session import RecordedCall, Session
 
 __all__ = [
     "NO_RESULT",
@@ -133,23 +133,6 @@ def as_dict(value: Any) -> dict[str, Any]:
 def as_list(value: Any) -> list[Any]:
     """`value` when it is a list, else an empty list."""
     return value if isinstance(value, list) else []
-
-
-def iso_to_unix(value: Any) -> float | None:
-    """ISO-8601 text (`Z` or offset; naive means UTC) or a number -> unix seconds."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
 
 
 # --- content -----------------------------------------------------------------------------

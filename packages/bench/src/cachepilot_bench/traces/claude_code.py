@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from cachepilot.messages import ContentPart, ImagePart, Message, ReasoningPart, TextPart, ToolCall
-from cachepilot.traces._common import (
+from cachepilot.usage import Usage
+from cachepilot_bench.traces._common import (
     CallInfo,
     Item,
     TraceError,
@@ -43,8 +44,7 @@ from cachepilot.traces._common import (
     join_content,
     read_jsonl,
 )
-from cachepilot.traces.session import Session
-from cachepilot.usage import Usage
+from cachepilot_bench.traces.session import Session
 
 __all__ = ["FORMAT", "load"]
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from cachepilot.messages import ContentPart, Message, ReasoningPart, TextPart
-from cachepilot.traces._common import (
+from cachepilot.usage import Usage
+from cachepilot_bench.traces._common import (
     CallInfo,
     Item,
     TextActions,
@@ -35,8 +36,7 @@ from cachepilot.traces._common import (
     openai_message_item,
     read_trajectory,
 )
-from cachepilot.traces.session import Session
-from cachepilot.usage import Usage
+from cachepilot_bench.traces.session import Session
 
 __all__ = ["ACTION_RE", "FORMAT", "load"]
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from cachepilot.messages import Message, ToolCall
-from cachepilot.traces._common import (
+from cachepilot.usage import Usage
+from cachepilot_bench.traces._common import (
     CallInfo,
     Item,
     TraceError,
@@ -31,8 +32,7 @@ from cachepilot.traces._common import (
     read_jsonl,
     unique_ids,
 )
-from cachepilot.traces.session import Session
-from cachepilot.usage import Usage
+from cachepilot_bench.traces.session import Session
 
 __all__ = ["FORMAT", "load"]
 

@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cachepilot.traces._common import (
+from cachepilot_bench.traces._common import (
     CallInfo,
     Item,
     TextActions,
@@ -34,7 +34,7 @@ from cachepilot.traces._common import (
     read_trajectory,
     tool_item,
 )
-from cachepilot.traces.session import Session
+from cachepilot_bench.traces.session import Session
 
 __all__ = ["FORMAT", "load"]
 

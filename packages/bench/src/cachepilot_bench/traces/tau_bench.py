@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cachepilot.traces._common import (
+from cachepilot_bench.traces._common import (
     CallInfo,
     Item,
     TraceError,
@@ -23,7 +23,7 @@ from cachepilot.traces._common import (
     read_json,
     unique_ids,
 )
-from cachepilot.traces.session import Session
+from cachepilot_bench.traces.session import Session
 
 __all__ = ["FORMAT", "load"]
 

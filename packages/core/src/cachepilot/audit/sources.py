@@ -3,7 +3,7 @@
 A **request log** holds one JSON object per line, either a bare request body or an entry
 `{"api": "chat" | "responses" | "anthropic", "url_path": "/v1/chat/completions",
 "timestamp": 1700000000.0 | "2025-11-21T11:03:00Z" | null, "request": {...}, "usage": {...},
-"response": {...}}` (every key but `request` optional; `cachepilot.sim.replay` writes them).
+"response": {...}}` (every key but `request` optional; `cachepilot_bench.replay` writes them).
 A **cassette** is vcrpy's `{"interactions": [{"request": {...}, "response": {...}}]}`; only
 POSTs to a model endpoint (`/chat/completions`, `/responses`, `/messages`) are calls, their
 responses may be JSON, gzip/deflate-compressed or event streams, and the response `Date`
@@ -25,6 +25,7 @@ import os
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,7 +33,6 @@ from urllib.parse import urlsplit
 from cachepilot.audit.inflate import BodyTooLargeError, inflate
 from cachepilot.messages import Message
 from cachepilot.sim.render import Request
-from cachepilot.traces._common import iso_to_unix
 from cachepilot.usage import Usage
 from cachepilot.wire import Api, api_from_path, parse_body, parse_response
 
@@ -41,10 +41,28 @@ __all__ = [
     "calls_from_cassette",
     "calls_from_entries",
     "calls_from_interactions",
+    "iso_to_unix",
     "load_calls",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+def iso_to_unix(value: Any) -> float | None:
+    """ISO-8601 text (`Z` or offset; naive means UTC) or a number -> unix seconds."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
 
 
 @dataclass(frozen=True, slots=True)
