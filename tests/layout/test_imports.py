@@ -98,7 +98,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_is_read_from_the_tree() -> None:
     graph = import_graph()
     assert "cachepilot.pilot" in graph
-    assert "cachepilot.views" in graph["cachepilot.pilot"]
+    assert "cachepilot.prepare" in graph["cachepilot.pilot"]
 
 
 def test_no_import_cycles() -> None:
