@@ -44,7 +44,7 @@ run_lowest() {
     "${UV[@]}" pip freeze --exclude-editable >"$venv/pins.txt"
     "${UV[@]}" pip install --quiet --constraint "$venv/pins.txt" "${DEV_TOOLS[@]}"
     "${UV[@]}" pip list --format freeze |
-        grep -Ei '^(python|pydantic|tiktoken|langchain|langchain-core|langchain-openai|langgraph|langgraph-prebuilt|langgraph-checkpoint-sqlite|matplotlib|openai|openai-agents)==' |
+        grep -Ei '^(python|pydantic|tiktoken|langchain|langchain-core|langchain-openai|langgraph|langgraph-prebuilt|langgraph-checkpoint-sqlite|matplotlib|openai|openai-agents|platformdirs|rich)==' |
         tr '\n' ' '
     echo
     (cd "$ROOT" && "$venv/bin/python" -m pytest -q "$tests")

@@ -18,29 +18,6 @@ __all__ = ["PER_CALL_COLUMNS", "register_bench", "register_demo"]
 Handler = Callable[[argparse.Namespace, TextIO, TextIO], int]
 
 
-class _Progress:
-    """A one-line progress bar on a terminal; silent otherwise."""
-
-    def __init__(self, stream: TextIO, enabled: bool) -> None:
-        self.stream = stream
-        self.enabled = enabled
-        self.started = time.monotonic()
-
-    def __call__(self, done: int, total: int, label: str) -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = int(width * done / total) if total else width
-        elapsed = time.monotonic() - self.started
-        label = label if len(label) <= 40 else "…" + label[-39:]
-        self.stream.write(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:5.1f}s {label:<40}"
-        )
-        if done == total:
-            self.stream.write("\n")
-        self.stream.flush()
-
-
 _CLIENT_MARKS: dict[str, Any] = {
     "choices": ("default", "none"),
     "default": "default",
@@ -130,8 +107,9 @@ def _load_sessions(paths: Sequence[str]) -> tuple[list[Any], int]:
 
 
 def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from cachepilot.console import ProgressReporter, write_bench_table
     from cachepilot_bench import ALL_STRATEGIES, BenchConfig, prepare_sessions, run_bench
-    from cachepilot_bench.report import format_table, summarize
+    from cachepilot_bench.report import summarize
 
     config = BenchConfig(
         provider=args.provider,
@@ -152,11 +130,11 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write("no sessions to replay (no trace found or every file was skipped)\n")
         return 2
     started = time.monotonic()
-    progress = _Progress(err, err.isatty())
-    results = run_bench(sessions, names, config, progress=progress)
+    with ProgressReporter(err, what=f"{len(sessions)} sessions") as progress:
+        results = run_bench(sessions, names, config, progress=progress)
     wall = time.monotonic() - started
     doc = summarize(results, config, traces=traces, wall_seconds=wall)
-    out.write(format_table(doc) + "\n")
+    write_bench_table(doc, out)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         out.write(f"wrote {args.json_path}\n")
@@ -215,10 +193,11 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_demo_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from cachepilot.console import write_bench_table
     from cachepilot_bench import ALL_STRATEGIES, BenchConfig, run_bench
     from cachepilot_bench.demo_workload import build_demo_session
     from cachepilot_bench.plot import write_plot
-    from cachepilot_bench.report import format_table, summarize
+    from cachepilot_bench.report import summarize
 
     session = build_demo_session()
     config = BenchConfig(provider=args.provider, workers=1, client_marks=args.client_marks)
@@ -246,7 +225,8 @@ def _cmd_demo_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     totals = " ".join(f"{sum(per_call[n].values()):>16.5f}" for n in names)
     out.write(f"{'sum':>4} {totals}\n")
     doc = summarize(results, config, traces=1)
-    out.write("\n" + format_table(doc) + "\n")
+    out.write("\n")
+    write_bench_table(doc, out)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         out.write(f"wrote {args.json_path}\n")

@@ -51,7 +51,8 @@ def session_to_log(session: Session, *, api: str | None = None) -> list[dict[str
     offset = len(session.messages) - len(body)
     thread = str(session.meta.get("session_uuid") or session.id.split("#", 1)[0])
     metadata = {"session_id": thread}
-    build = anthropic_body if api == "anthropic" else chat_body
+    # Claude Code marks the system prompt and the last message with the 1-hour TTL.
+    marks = {"type": "ephemeral", "ttl": "1h"} if session.source == "claude-code" else None
     entries: list[dict[str, Any]] = []
     for index, message in enumerate(body):
         if message.role != "assistant":
@@ -62,7 +63,18 @@ def session_to_log(session: Session, *, api: str | None = None) -> list[dict[str
             "api": api,
             "url_path": "/v1/messages" if api == "anthropic" else "/v1/chat/completions",
             "timestamp": recorded.timestamp if recorded else None,
-            "request": build(system, body[:index], session.tools, model=model, metadata=metadata),
+            "request": (
+                anthropic_body(
+                    system,
+                    body[:index],
+                    session.tools,
+                    model=model,
+                    metadata=metadata,
+                    cache_control=marks,
+                )
+                if api == "anthropic"
+                else chat_body(system, body[:index], session.tools, model=model, metadata=metadata)
+            ),
         }
         if recorded is not None and recorded.usage is not None:
             entry["usage"] = _usage(recorded.usage, api)

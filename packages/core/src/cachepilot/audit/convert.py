@@ -6,7 +6,7 @@ them from recorded sessions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart
@@ -96,8 +96,15 @@ def anthropic_body(
     *,
     model: str | None = None,
     metadata: dict[str, str] | None = None,
+    cache_control: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """An Anthropic Messages request body (parallel tool results in one user turn)."""
+    """An Anthropic Messages request body (parallel tool results in one user turn).
+
+    Args:
+        cache_control: when given, the mark set on the system prompt and on the last block
+            of the last message, as Claude Code marks its requests (without it the request
+            asks for no caching, and Anthropic caches nothing).
+    """
     out: list[dict[str, Any]] = []
     for m in messages:
         if m.role == "assistant":
@@ -126,6 +133,14 @@ def anthropic_body(
     body: dict[str, Any] = {"model": model or "unknown", "max_tokens": 4096, "messages": out}
     if system is not None:
         body["system"] = system
+    if cache_control is not None:
+        if system:
+            body["system"] = [
+                {"type": "text", "text": system, "cache_control": dict(cache_control)}
+            ]
+        if out and out[-1]["content"]:
+            last = out[-1]["content"][-1]
+            out[-1]["content"][-1] = {**last, "cache_control": dict(cache_control)}
     if tools:
         body["tools"] = [
             {

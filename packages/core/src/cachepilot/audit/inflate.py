@@ -1,20 +1,29 @@
-"""Bounded decompression of recorded HTTP bodies (gzip, deflate).
+"""Bounded decompression of recorded HTTP bodies (gzip, deflate, zstd, br).
 
 A cassette is a file handed to the CLI: a small compressed body may expand a thousandfold. The
 output is produced in bounded steps and decompression stops as soon as it passes the limit:
 `max_bytes`, and `max_ratio` times the compressed size (small bodies may always reach
 `floor_bytes`), so memory stays proportional to the limit whatever the input.
+
+gzip and deflate use the standard library. zstd uses `compression.zstd` (Python 3.14+) or the
+`zstandard` package, br the `brotli` package (both in the `cassettes` extra); without a decoder
+`inflate` raises `DecoderMissingError`, which callers report instead of dropping the body.
 """
 
 from __future__ import annotations
 
+import importlib
+import io
 import zlib
+from typing import Any
 
 __all__ = [
+    "ENCODINGS",
     "FLOOR_BYTES",
     "MAX_BODY_BYTES",
     "MAX_RATIO",
     "BodyTooLargeError",
+    "DecoderMissingError",
     "body_limit",
     "inflate",
 ]
@@ -26,7 +35,11 @@ MAX_RATIO = 100
 FLOOR_BYTES = 1024 * 1024
 """…except that any body may reach 1 MiB."""
 
+ENCODINGS = ("gzip", "deflate", "zstd", "br")
+"""Content encodings `inflate` knows."""
+
 _GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _STEP = 1024 * 1024
 
 
@@ -40,6 +53,18 @@ class BodyTooLargeError(ValueError):
         )
         self.compressed = compressed
         self.limit = limit
+
+
+class DecoderMissingError(ValueError):
+    """A body in an encoding whose decoder is not installed."""
+
+    def __init__(self, encoding: str, package: str) -> None:
+        super().__init__(
+            f"no {encoding} decoder installed (pip install {package!r}, or "
+            "pip install 'cachepilot[cassettes]')"
+        )
+        self.encoding = encoding
+        self.package = package
 
 
 def body_limit(
@@ -73,15 +98,16 @@ def _stream(raw: bytes, wbits: int, limit: int, out: bytearray) -> bytes:
 
 
 def inflate(raw: bytes, encoding: str, limit: int | None = None) -> bytes:
-    """Decompress a `gzip` (every member) or `deflate` (zlib or raw) body within `limit`.
+    """Decompress a `gzip` (every member), `deflate` (zlib or raw), `zstd` or `br` body.
 
     Args:
         raw: the compressed bytes.
-        encoding: `gzip` or `deflate`.
+        encoding: one of `ENCODINGS`.
         limit: the most bytes to produce (default: `body_limit(len(raw))`).
 
     Raises:
         BodyTooLargeError: when the output would pass `limit`.
+        DecoderMissingError: when the encoding's decoder is not installed.
         zlib.error: when the data is not valid for the encoding.
     """
     cap = body_limit(len(raw)) if limit is None else limit
@@ -100,4 +126,74 @@ def inflate(raw: bytes, encoding: str, limit: int | None = None) -> bytes:
             out.clear()
             _stream(raw, -zlib.MAX_WBITS, cap, out)  # servers that send raw deflate
         return bytes(out)
+    if encoding == "zstd":
+        return _zstd(raw, cap)
+    if encoding == "br":
+        return _brotli(raw, cap)
     raise ValueError(f"unsupported content encoding: {encoding!r}")
+
+
+def _optional(name: str) -> Any | None:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def _read_bounded(reader: Any, raw: bytes, limit: int) -> bytes:
+    """Read a decompressing file object in steps, refusing output past `limit`."""
+    out = bytearray()
+    while True:
+        chunk = reader.read(min(_STEP, limit - len(out) + 1))
+        if not chunk:
+            return bytes(out)
+        out += chunk
+        if len(out) > limit:
+            raise BodyTooLargeError(len(raw), limit)
+
+
+def _zstd(raw: bytes, limit: int) -> bytes:
+    if raw[:4] != _ZSTD_MAGIC:
+        raise zlib.error("not zstd data")
+    stdlib = _optional("compression.zstd")  # Python 3.14+
+    try:
+        if stdlib is not None:
+            with stdlib.ZstdFile(io.BytesIO(raw)) as reader:
+                return _read_bounded(reader, raw, limit)
+        package = _optional("zstandard")
+        if package is None:
+            raise DecoderMissingError("zstd", "zstandard")
+        decompressor = package.ZstdDecompressor()
+        with decompressor.stream_reader(io.BytesIO(raw), read_across_frames=True) as reader:
+            return _read_bounded(reader, raw, limit)
+    except (BodyTooLargeError, DecoderMissingError):
+        raise
+    except Exception as exc:  # each decoder raises its own error type on bad data
+        raise zlib.error(f"not valid zstd data: {exc}") from None
+
+
+_BROTLI_FEED = 64
+"""Compressed bytes fed to a brotli decoder per step when it cannot cap its own output."""
+
+
+def _brotli(raw: bytes, limit: int) -> bytes:
+    package = _optional("brotli")
+    if package is None:
+        raise DecoderMissingError("br", "brotli")
+    decoder = package.Decompressor()
+    out = bytearray()
+    try:
+        # Small input steps bound the output of each call (the brotli API takes no output cap
+        # in older releases), and the total is checked after every step.
+        for start in range(0, len(raw), _BROTLI_FEED):
+            out += decoder.process(raw[start : start + _BROTLI_FEED])
+            if len(out) > limit:
+                raise BodyTooLargeError(len(raw), limit)
+        finished = getattr(decoder, "is_finished", None)
+        if finished is not None and not finished():
+            raise zlib.error("truncated brotli stream")
+    except (BodyTooLargeError, zlib.error):
+        raise
+    except Exception as exc:  # brotli.error and friends
+        raise zlib.error(f"not valid brotli data: {exc}") from None
+    return bytes(out)

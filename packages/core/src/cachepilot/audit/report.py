@@ -67,6 +67,11 @@ def _totals_lines(t: dict[str, Any], rate: float) -> list[str]:
         f"{t['remissed_tokens']:,} tokens re-missed; avoidable cost ${t['avoidable_usd']:.5f} "
         f"(re-missed tokens at ${rate:.3f}/M over a hit)"
     )
+    if t.get("uncached_calls"):
+        lines.append(
+            f"{t['uncached_calls']} Anthropic call(s) carry no cache_control (nor a top-level "
+            "one for automatic caching): nothing of them is cached"
+        )
     for cause, slot in t["by_cause"].items():
         lines.append(
             f"  {_CAUSE_LABELS.get(cause, cause):<24} {slot['breaks']:>4} break(s) "
@@ -110,4 +115,8 @@ def format_report(report: AuditReport, *, calls: bool = True) -> str:
     out.append("")
     out.append("totals")
     out.extend("  " + line for line in _totals_lines(totals, rate))
+    if report.notes:
+        out.append("")
+        out.append(f"not read ({len(report.notes)})")
+        out.extend(f"  {note}" for note in report.notes)
     return "\n".join(out)

@@ -8,6 +8,12 @@ extends the previous one but whose recorded hit ratio falls far below the simula
 `provider_miss` (eviction or routing the request cannot show), or a `ttl_expiry` when it
 came after the TTL.
 
+Anthropic requests are simulated under Anthropic's rules as sent: cached at their own
+`cache_control` marks, at the last block too when the request asks for automatic caching (a
+top-level `cache_control`), and not at all when they carry neither: their misses are the
+request's, never the provider's, and nothing is lost when such a thread's prefix changes. The
+default profile follows the TTL the marks ask for (`anthropic-1h` when any asks for `1h`).
+
 Costs are the profile's prices on simulated usage with the recorded output tokens. The
 **avoidable cost** of a break is its re-missed tokens priced at (miss − hit), or (write − hit)
 on providers that bill cache writes, for the causes in `AVOIDABLE_CAUSES`.
@@ -105,6 +111,7 @@ def _totals(calls: Sequence[CallAudit], rate_per_m: float) -> dict[str, Any]:
     rec = _sum(recorded)
     warm = _sum([c.simulated for c in calls if c.ordinal > 0])
     breaks = [c for c in calls if c.is_break]
+    uncached = sum(1 for c in calls if c.call.cache_mode == "none")
     by_cause: dict[str, dict[str, Any]] = {}
     for c in breaks:
         assert c.explanation is not None
@@ -133,6 +140,7 @@ def _totals(calls: Sequence[CallAudit], rate_per_m: float) -> dict[str, Any]:
         "remissed_tokens": sum(c.explanation.remissed_tokens for c in breaks if c.explanation),
         "avoidable_usd": sum(v["avoidable_usd"] for v in ordered.values()),
         "by_cause": ordered,
+        "uncached_calls": uncached,
         "recorded_calls": len(recorded),
         "recorded": rec.to_dict() if recorded else None,
         "recorded_hit_rate": rec.hit_rate if recorded else None,
@@ -158,6 +166,8 @@ class AuditReport:
         hidden_prefix_tokens: opaque prefix tokens added to every request.
         threads: per-thread results, in order of first call.
         calls: every call in file order.
+        notes: what the reader skipped or could not decode (HTTP errors, bodies in an
+            encoding without decoder), one line each.
     """
 
     path: str
@@ -165,6 +175,7 @@ class AuditReport:
     hidden_prefix_tokens: int
     threads: list[ThreadAudit]
     calls: list[CallAudit]
+    notes: list[str] = field(default_factory=list)
 
     @property
     def avoidable_rate_per_m(self) -> float:
@@ -206,14 +217,43 @@ class AuditReport:
                 for t in self.threads
             ],
             "totals": self.totals,
+            "notes": list(self.notes),
         }
 
 
 def default_profile_for(calls: Sequence[LoggedCall]) -> str:
-    """`anthropic` when every call is an Anthropic Messages call, else the default profile."""
+    """`anthropic` when every call is an Anthropic Messages call (`anthropic-1h` when a mark
+    asks for the 1-hour TTL), else the default profile."""
     if calls and all(c.api == "anthropic" for c in calls):
+        if any((c.cache_ttl_seconds or 0) > 300 for c in calls):
+            return "anthropic-1h"
         return "anthropic"
     return DEFAULT_PROFILE
+
+
+def _as_sent(call: LoggedCall) -> LoggedCall:
+    """An Anthropic request that asks for no caching is simulated with no breakpoint (the
+    profile's default marks stand for a client whose marks are unknown, not for none)."""
+    if call.cache_mode == "none" and call.request.cache_breakpoints is None:
+        return call.with_request(dataclasses.replace(call.request, cache_breakpoints=()))
+    return call
+
+
+def _uncached(exp: Explanation) -> Explanation:
+    """A change after a request that cached nothing loses nothing."""
+    if exp.cause == "none":
+        return exp
+    note = f"request changed ({exp.cause}: {exp.summary}), but nothing was cached to lose"
+    return dataclasses.replace(
+        exp,
+        cause="none",
+        detail="uncached",
+        summary="the previous request carries no cache_control (and asks for no automatic "
+        "caching): Anthropic cached nothing",
+        remissed_tokens=0,
+        avoidable=False,
+        notes=(*exp.notes, note),
+    )
 
 
 def _hidden_prefix(threads: Sequence[Thread], counter: TokenCounter) -> int:
@@ -287,7 +327,10 @@ def audit_calls(
     profile = get_profile(provider) if isinstance(provider, str) else provider
     counter = counter or get_counter()
     # Positions in the given order identify calls (indices from several files may repeat).
-    calls = [c if c.index == i else dataclasses.replace(c, index=i) for i, c in enumerate(calls)]
+    calls = [
+        _as_sent(c if c.index == i else dataclasses.replace(c, index=i))
+        for i, c in enumerate(calls)
+    ]
     threads = group_threads(calls)
     if hidden_prefix_tokens is None:
         hidden_prefix_tokens = _hidden_prefix(threads, counter)
@@ -320,6 +363,8 @@ def audit_calls(
                 hidden_prefix_tokens=hidden_prefix_tokens,
             )
             exp = _provider_miss(exp, call, previous, simulated, profile)
+            if previous.cache_mode == "none":
+                exp = _uncached(exp)
         results[index] = CallAudit(
             thread.id, ordinal, call, simulated, profile.cost(simulated), exp
         )
@@ -330,6 +375,7 @@ def audit_calls(
         hidden_prefix_tokens=hidden_prefix_tokens,
         threads=audited,
         calls=[results[i] for i in sorted(results)],
+        notes=[note for c in calls for note in c.notes],
     )
 
 
@@ -345,11 +391,14 @@ def audit_file(
     Raises:
         ValueError: when the file is unreadable or holds no model call, or on a bad option.
     """
-    calls = load_calls(path)
-    return audit_calls(
+    notes: list[str] = []
+    calls = load_calls(path, notes=notes)
+    report = audit_calls(
         calls,
         provider=provider,
         hidden_prefix_tokens=hidden_prefix_tokens,
         counter=counter,
         path=os.fspath(path),
     )
+    report.notes = notes
+    return report

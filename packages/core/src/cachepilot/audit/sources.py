@@ -4,15 +4,20 @@ A **request log** holds one JSON object per line, either a bare request body or 
 `{"api": "chat" | "responses" | "anthropic", "url_path": "/v1/chat/completions",
 "timestamp": 1700000000.0 | "2025-11-21T11:03:00Z" | null, "request": {...}, "usage": {...},
 "response": {...}}` (every key but `request` optional; `cachepilot_bench.replay` writes them).
-A **cassette** is vcrpy's `{"interactions": [{"request": {...}, "response": {...}}]}`; only
-POSTs to a model endpoint (`/chat/completions`, `/responses`, `/messages`) are calls, their
-responses may be JSON, gzip/deflate-compressed or event streams, and the response `Date`
-header gives the call time (whole seconds). Compressed bodies are inflated within limits
-(`cachepilot.audit.inflate`: 32 MiB, 100× the compressed size); a body past them is skipped
-with a warning naming it.
+A **cassette** is vcrpy's `{"interactions": [{"request": {...}, "response": {...}}]}`, or the
+`langchain_tests` layout `{"requests": [...], "responses": [...]}` (two parallel lists), in YAML
+(one or several documents, plain or `.yaml.gz`) or JSON. Only POSTs to a model endpoint
+(`/chat/completions`, `/responses`, Anthropic's `/messages`) are calls; when the URI was
+redacted, the body's shape names the API. A body may be recorded as text, bytes, or already
+parsed (`parsed_body`, as pydantic-ai records it); responses may be JSON or event streams,
+compressed with gzip, deflate, zstd or br, and the response `Date` header gives the call time
+(whole seconds). Compressed bodies are inflated within limits (`cachepilot.audit.inflate`:
+32 MiB, 100× the compressed size). Responses with an HTTP error status (4xx, 5xx) are not
+calls: nothing was generated or billed.
 
-Bad lines and interactions are skipped with one warning each; a file with no call at all
-raises `ValueError`.
+What cannot be read is never dropped silently: a skipped interaction or a response whose body
+could not be decoded (its usage unknown) leaves a note (`LoggedCall.notes`, the `notes` list
+the readers fill, `AuditReport.notes`). A file with no call at all raises `ValueError`.
 """
 
 from __future__ import annotations
@@ -30,13 +35,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from cachepilot.audit.inflate import BodyTooLargeError, inflate
+from cachepilot.audit.inflate import (
+    ENCODINGS,
+    BodyTooLargeError,
+    DecoderMissingError,
+    body_limit,
+    inflate,
+)
 from cachepilot.messages import Message
 from cachepilot.sim.render import Request
 from cachepilot.usage import Usage
-from cachepilot.wire import Api, api_from_path, parse_body, parse_response
+from cachepilot.wire import Api, api_from_path, detect_api, parse_body, parse_response
 
 __all__ = [
+    "MAX_FILE_BYTES",
     "LoggedCall",
     "calls_from_cassette",
     "calls_from_entries",
@@ -46,6 +58,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+MAX_FILE_BYTES = 256 * 1024 * 1024
+"""A compressed cassette (`.yaml.gz`) expands to at most this (and 100× its size)."""
 
 
 def iso_to_unix(value: Any) -> float | None:
@@ -81,6 +96,10 @@ class LoggedCall:
         usage: the provider's usage, when recorded.
         output: the generated messages, when recorded (rebuilds server-held context).
         url_path: endpoint path, when recorded.
+        cache_mode: Anthropic calls: `explicit` (`cache_control` marks), `automatic` (a
+            top-level `cache_control`) or `none` (nothing is cached); None for OpenAI.
+        cache_ttl_seconds: Anthropic calls: the longest TTL a mark asks for.
+        notes: what could not be read (e.g. a response body in an encoding without decoder).
     """
 
     index: int
@@ -94,6 +113,9 @@ class LoggedCall:
     usage: Usage | None = None
     output: tuple[Message, ...] = ()
     url_path: str | None = None
+    cache_mode: str | None = None
+    cache_ttl_seconds: float | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def timestamp(self) -> float | None:
@@ -133,6 +155,7 @@ def _call(
     timestamp: float | None,
     response: Any = None,
     usage: Any = None,
+    notes: tuple[str, ...] = (),
 ) -> LoggedCall:
     parsed = parse_body(body, api=api, url_path=url_path, timestamp=timestamp)
     info = parse_response(response, parsed.api) if response is not None else None
@@ -155,6 +178,9 @@ def _call(
         usage=recorded,
         output=info.output if info else (),
         url_path=url_path,
+        cache_mode=parsed.cache_mode,
+        cache_ttl_seconds=parsed.cache_ttl_seconds,
+        notes=notes,
     )
 
 
@@ -209,72 +235,156 @@ def _header(headers: Any, name: str) -> str | None:
     return None
 
 
-def _decode(data: Any, encoding: str | None, where: str = "a body") -> str | None:
-    """The text of a recorded body; compressed bodies are inflated within bounded limits."""
-    if data is None:
+def _status(response: Mapping[str, Any] | None) -> int | None:
+    """The HTTP status code of a recorded response (vcrpy `status.code`, or a bare number)."""
+    if response is None:
         return None
-    if isinstance(data, Mapping):  # vcrpy response bodies: {"string": ...}
+    status = response.get("status")
+    if isinstance(status, Mapping):
+        status = status.get("code")
+    if status is None:
+        status = response.get("status_code")
+    try:
+        return int(status) if status is not None and not isinstance(status, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _decode(data: Any, encoding: str | None) -> tuple[str | None, str | None]:
+    """The text of a recorded body and, when it could not be read, why.
+
+    Compressed bodies are inflated within bounded limits; an already parsed body comes back
+    as JSON text.
+    """
+    if data is None:
+        return None, None
+    if isinstance(data, Mapping) and "string" in data:  # vcrpy response bodies
         data = data.get("string")
     if isinstance(data, str):
-        return data
+        return data, None
+    if isinstance(data, Mapping | list):
+        return json.dumps(data), None
     if not isinstance(data, bytes | bytearray):
-        return None
+        return None, None
     raw = bytes(data)
-    encoding = (encoding or "").lower()
-    method = (
-        "gzip" if "gzip" in encoding or raw[:2] == b"\x1f\x8b" else
-        "deflate" if "deflate" in encoding else None
-    )  # fmt: skip
-    if method is not None:
+    names = [e.strip() for e in (encoding or "").lower().split(",") if e.strip()]
+    if not names and raw[:2] == b"\x1f\x8b":
+        names = ["gzip"]
+    # Content-Encoding lists codings in the order applied; undo them in reverse.
+    for method in reversed(names):
+        if method == "identity":
+            continue
+        if method not in ENCODINGS:
+            return None, f"body skipped (unknown content encoding {method!r})"
+        if method == "gzip" and raw[:2] != b"\x1f\x8b":
+            continue  # recorders that stored the decoded body but kept the header
         try:
             raw = inflate(raw, method)
-        except BodyTooLargeError as exc:
-            logger.warning("%s body skipped (%s): %s", where, method, exc)
-            return None
-        except zlib.error:
-            logger.warning("%s body skipped (%s): not valid compressed data", where, method)
-            return None
-    return raw.decode("utf-8", "replace")
+        except (BodyTooLargeError, DecoderMissingError) as exc:
+            return None, f"body skipped ({method}): {exc}"
+        except zlib.error as exc:
+            if method in ("zstd", "br") and raw[:1] in (b"{", b"e", b"d"):
+                continue  # stored decoded under its original header
+            return None, f"body skipped ({method}): {exc}"
+    return raw.decode("utf-8", "replace"), None
+
+
+_REDACTED_HOSTS = ("redacted", "**", "xxx", "example")
+
+
+def _api_of(uri: str, body: Mapping[str, Any]) -> tuple[Api | None, str | None]:
+    """The API of an interaction and the path to parse it with (the body's shape when the
+    URI was redacted, else its path)."""
+    parts = urlsplit(uri)
+    api = api_from_path(parts.path)
+    if api is not None:
+        return api, parts.path
+    redacted = not parts.netloc or any(mark in uri.lower() for mark in _REDACTED_HOSTS)
+    if not redacted or not ("messages" in body or "input" in body) or "model" not in body:
+        return None, None
+    try:
+        return detect_api(body), None
+    except ValueError:
+        return None, None
+
+
+def _request_json(request: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """The JSON request body of an interaction and, when it could not be read, why."""
+    parsed = request.get("parsed_body")
+    if isinstance(parsed, Mapping):
+        return parsed, None
+    text, problem = _decode(
+        request.get("body"), _header(request.get("headers"), "content-encoding")
+    )
+    if problem:
+        return None, f"request {problem}"
+    if not text:
+        return None, "empty request body"
+    try:
+        return json.loads(text), None
+    except ValueError:
+        return None, "request body is not JSON"
+
+
+def _response_text(response: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    parsed = response.get("parsed_body")
+    if isinstance(parsed, Mapping | list):
+        return json.dumps(parsed), None
+    if isinstance(parsed, str):
+        return parsed, None
+    return _decode(response.get("body"), _header(response.get("headers"), "content-encoding"))
 
 
 def calls_from_interactions(
     interactions: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None]],
     *,
     label: str = "interaction",
+    notes: list[str] | None = None,
 ) -> list[LoggedCall]:
     """Calls from vcrpy interactions `(request dict, response dict)`.
 
-    The request dict has `method`, `uri`, `body`, `headers`; the response dict `status`,
-    `headers`, `body` (`{"string": ...}`), as vcrpy stores them.
+    The request dict has `method`, `uri`, `body` (or `parsed_body`), `headers`; the response
+    dict `status`, `headers`, `body` (`{"string": ...}`) or `parsed_body`, as vcrpy and its
+    extensions store them. What is skipped or could not be decoded is appended to `notes`.
     """
+    found = notes if notes is not None else []
     calls: list[LoggedCall] = []
     for n, (request, response) in enumerate(interactions):
-        method = str(request.get("method", "POST")).upper()
-        path = urlsplit(str(request.get("uri", ""))).path
-        api = api_from_path(path)
-        if method != "POST" or api is None or path.rstrip("/").endswith("/count_tokens"):
-            continue
         source = f"{label} {n}"
-        text = _decode(
-            request.get("body"),
-            _header(request.get("headers"), "content-encoding"),
-            f"{source}: request",
-        )
-        if not text:
-            logger.warning("%s: empty request body; skipped", source)
+        method = str(request.get("method", "POST")).upper()
+        uri = str(request.get("uri", ""))
+        path = urlsplit(uri).path
+        if method != "POST" or path.rstrip("/").endswith("/count_tokens"):
             continue
-        try:
-            body = json.loads(text)
-        except ValueError:
-            logger.warning("%s: request body is not JSON; skipped", source)
+        if api_from_path(path) is None and not (
+            not urlsplit(uri).netloc or any(m in uri.lower() for m in _REDACTED_HOSTS)
+        ):
+            continue  # another endpoint (embeddings, files, telemetry…)
+        body, problem = _request_json(request)
+        if not isinstance(body, Mapping):
+            if api_from_path(path) is not None:
+                note = f"{source}: skipped ({problem or 'request body is not a JSON object'})"
+                logger.warning("%s", note)
+                found.append(note)
+            continue
+        api, url_path = _api_of(uri, body)
+        if api is None:
+            continue
+        status = _status(response)
+        if status is not None and status >= 400:
+            found.append(f"{source}: HTTP {status} response, not a billed call; skipped")
             continue
         response_text = None
         timestamp = None
+        call_notes: tuple[str, ...] = ()
         if response is not None:
             headers = response.get("headers")
-            response_text = _decode(
-                response.get("body"), _header(headers, "content-encoding"), f"{source}: response"
-            )
+            response_text, problem = _response_text(response)
+            if problem:
+                note = f"{source}: response {problem}; recorded usage unknown"
+                logger.warning("%s", note)
+                found.append(note)
+                call_notes = (note,)
             date = _header(headers, "date")
             if date:
                 try:
@@ -286,29 +396,60 @@ def calls_from_interactions(
                 len(calls),
                 source,
                 body,
-                api=None,
-                url_path=path,
+                api=api,
+                url_path=url_path,
                 timestamp=timestamp,
                 response=response_text,
+                notes=call_notes,
             )
         except ValueError as exc:
-            logger.warning("%s: skipped (%s)", source, exc)
+            note = f"{source}: skipped ({exc})"
+            logger.warning("%s", note)
+            found.append(note)
             continue
         calls.append(call)
     return calls
 
 
-def calls_from_cassette(data: Mapping[str, Any]) -> list[LoggedCall]:
-    """Calls from a loaded vcrpy cassette (`{"interactions": [...]}`)."""
-    raw = data.get("interactions")
-    if not isinstance(raw, list):
-        raise ValueError("not a vcrpy cassette: no 'interactions' list")
+def _pairs(data: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
+    """Interactions of one cassette document: vcrpy or the `langchain_tests` layout."""
     pairs: list[tuple[Mapping[str, Any], Mapping[str, Any] | None]] = []
-    for item in raw:
-        if isinstance(item, Mapping) and isinstance(item.get("request"), Mapping):
-            response = item.get("response")
-            pairs.append((item["request"], response if isinstance(response, Mapping) else None))
-    return calls_from_interactions(pairs)
+    raw = data.get("interactions")
+    if isinstance(raw, list):
+        for item in raw:
+            if isinstance(item, Mapping) and isinstance(item.get("request"), Mapping):
+                response = item.get("response")
+                pairs.append((item["request"], response if isinstance(response, Mapping) else None))
+        return pairs
+    requests, responses = data.get("requests"), data.get("responses")
+    if isinstance(requests, list):
+        answers = responses if isinstance(responses, list) else []
+        for i, request in enumerate(requests):
+            if isinstance(request, Mapping):
+                response = answers[i] if i < len(answers) else None
+                pairs.append((request, response if isinstance(response, Mapping) else None))
+        return pairs
+    raise ValueError("not a vcrpy cassette: no 'interactions' (or 'requests') list")
+
+
+def _is_cassette(data: Any) -> bool:
+    return isinstance(data, Mapping) and (
+        isinstance(data.get("interactions"), list) or isinstance(data.get("requests"), list)
+    )
+
+
+def calls_from_cassette(
+    data: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    *,
+    notes: list[str] | None = None,
+) -> list[LoggedCall]:
+    """Calls from a loaded cassette: one document (vcrpy's `{"interactions": [...]}` or the
+    `langchain_tests` `{"requests": [...], "responses": [...]}`) or several, in order."""
+    documents = [data] if isinstance(data, Mapping) else list(data)
+    pairs: list[tuple[Mapping[str, Any], Mapping[str, Any] | None]] = []
+    for document in documents:
+        pairs.extend(_pairs(document))
+    return calls_from_interactions(pairs, notes=notes)
 
 
 def _load_yaml(text: str) -> Any:
@@ -319,13 +460,35 @@ def _load_yaml(text: str) -> Any:
         raise ValueError("reading YAML cassettes needs PyYAML (pip install pyyaml)") from exc
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return yaml.load(text, Loader=loader)
+        documents = [d for d in yaml.load_all(text, Loader=loader) if d is not None]
     except yaml.YAMLError as exc:
         raise ValueError(f"invalid YAML: {exc}") from exc
+    return documents[0] if len(documents) == 1 else documents
 
 
-def load_calls(path: str | os.PathLike[str]) -> list[LoggedCall]:
+def _read_text(file: Path) -> tuple[str, str]:
+    """The text of a file (a gzip file inflated within bounds) and its suffix without `.gz`."""
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {file}: {exc}") from exc
+    name = file.name.lower()
+    if name.endswith(".gz") or raw[:2] == b"\x1f\x8b":
+        if name.endswith(".gz"):
+            name = name[:-3]
+        try:
+            raw = inflate(raw, "gzip", body_limit(len(raw), max_bytes=MAX_FILE_BYTES))
+        except (BodyTooLargeError, zlib.error) as exc:
+            raise ValueError(f"{file}: cannot decompress: {exc}") from exc
+    return raw.decode("utf-8", "replace"), Path(name).suffix
+
+
+def load_calls(path: str | os.PathLike[str], *, notes: list[str] | None = None) -> list[LoggedCall]:
     """Every model call of a cassette or request log, in file order.
+
+    Args:
+        path: the file (`.yaml`, `.yml`, `.json`, `.jsonl`, each optionally `.gz`).
+        notes: filled with what was skipped or could not be decoded.
 
     Raises:
         ValueError: when the file is missing or unreadable, or holds no model call.
@@ -333,37 +496,37 @@ def load_calls(path: str | os.PathLike[str]) -> list[LoggedCall]:
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"no such file: {file}")
-    try:
-        text = file.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise ValueError(f"cannot read {file}: {exc}") from exc
-    suffix = file.suffix.lower()
+    text, suffix = _read_text(file)
+    if not text.strip():
+        raise ValueError(f"{file}: empty file")
     calls: list[LoggedCall]
     if suffix in (".yaml", ".yml"):
         data = _load_yaml(text)
-        if not isinstance(data, Mapping):
+        documents = data if isinstance(data, list) else [data]
+        cassettes = [d for d in documents if _is_cassette(d)]
+        if not cassettes:
             raise ValueError(f"{file}: not a vcrpy cassette")
-        calls = calls_from_cassette(data)
+        calls = calls_from_cassette(cassettes, notes=notes)
     else:
         whole: Any = None
         try:
             whole = json.loads(text)
         except ValueError:
             whole = None
-        if isinstance(whole, Mapping) and "interactions" in whole:
-            calls = calls_from_cassette(whole)
+        if _is_cassette(whole):
+            calls = calls_from_cassette(whole, notes=notes)
         elif isinstance(whole, list):
             calls = calls_from_entries((f"entry {i}", e) for i, e in enumerate(whole))
         elif isinstance(whole, Mapping):
             calls = calls_from_entries([("entry 0", whole)])
         else:
-            calls = _jsonl(text, file)
+            calls = _jsonl(text, file, notes)
     if not calls:
         raise ValueError(f"{file}: no model request found (expected a cassette or a request log)")
     return calls
 
 
-def _jsonl(text: str, file: Path) -> list[LoggedCall]:
+def _jsonl(text: str, file: Path, notes: list[str] | None) -> list[LoggedCall]:
     entries: list[tuple[str, Any]] = []
     bad = 0
     for number, line in enumerate(text.splitlines(), start=1):
@@ -378,8 +541,10 @@ def _jsonl(text: str, file: Path) -> list[LoggedCall]:
             data = _load_yaml(text)  # a cassette without its .yaml suffix
         except ValueError:
             data = None
-        if isinstance(data, Mapping) and "interactions" in data:
-            return calls_from_cassette(data)
+        documents = data if isinstance(data, list) else [data]
+        cassettes = [d for d in documents if _is_cassette(d)]
+        if cassettes:
+            return calls_from_cassette(cassettes, notes=notes)
     if bad:
         logger.warning("%s: %d line(s) are not JSON; skipped", file, bad)
     return calls_from_entries(entries)

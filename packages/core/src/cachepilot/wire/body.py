@@ -2,8 +2,12 @@
 
 `parse_body` turns a request body into a `cachepilot.sim.Request` (system prompt, messages,
 tools, model, Anthropic `cache_control` breakpoints) plus what diagnostics and the proxy need
-besides: cache-relevant parameters and thread keys. OpenAI bodies are read strictly first
-and leniently when the strict reader refuses them (logs hold bodies real endpoints took).
+besides: cache-relevant parameters, thread keys and, for Anthropic, how the request asks to be
+cached (`cache_mode`, `cache_ttl_seconds`). A structured-output schema (`response_format`,
+`text.format`, Anthropic `output_format` / `output_config.format`) is prompt content the
+provider bills: it renders as one more entry after the tool schemas. OpenAI bodies are read
+strictly first and leniently when the strict reader refuses them (logs hold bodies real
+endpoints took).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 from cachepilot.messages import Message
 from cachepilot.sim.render import Request
@@ -48,6 +52,11 @@ STRONG_KEYS: frozenset[str] = frozenset(
 """Thread keys that name one conversation (the others, `prompt_cache_key`, `user`,
 `metadata.user_id`, `safety_identifier`, may be shared by many threads)."""
 _WEAK_KEYS = ("prompt_cache_key", "metadata.user_id", "user", "safety_identifier")
+CacheMode: TypeAlias = Literal["explicit", "automatic", "none"]
+_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
+# Path segments before `/{id}/messages` that are not Anthropic Messages (OpenAI Assistants
+# threads, stored chat completions).
+_NOT_MESSAGES_PARENTS = frozenset({"threads", "completions", "conversations"})
 _MAX_BREAKPOINTS = 4
 
 
@@ -62,6 +71,11 @@ class ParsedBody:
         keys: thread keys found in the body (`prompt_cache_key`, `user`, `metadata.<k>`,
             `conversation`), strongest first.
         previous_response_id: Responses API chaining (the server holds the earlier context).
+        cache_mode: Anthropic only: `explicit` (`cache_control` marks on blocks; the request
+            is cached at them), `automatic` (a top-level `cache_control`: the provider marks
+            the last block, on top of any explicit marks) or `none` (nothing is cached).
+        cache_ttl_seconds: Anthropic only: the longest TTL a mark asks for (300 or 3600), None
+            when nothing is cached.
     """
 
     api: Api
@@ -69,6 +83,8 @@ class ParsedBody:
     params: dict[str, Any] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)
     previous_response_id: str | None = None
+    cache_mode: CacheMode | None = None
+    cache_ttl_seconds: float | None = None
 
 
 def api_from_path(path: str | None) -> Api | None:
@@ -81,6 +97,9 @@ def api_from_path(path: str | None) -> Api | None:
     if path.endswith("/responses"):
         return "responses"
     if path.endswith("/messages"):
+        parts = path.split("/")
+        if len(parts) >= 3 and parts[-3] in _NOT_MESSAGES_PARENTS:
+            return None
         return "anthropic"
     return None
 
@@ -141,6 +160,8 @@ def parse_body(
     if not isinstance(body, Mapping):
         raise ValueError(f"a request body must be a JSON object, not {type(body).__name__}")
     api = api or detect_api(body, url_path)
+    mode: CacheMode | None = None
+    ttl: float | None = None
     if api in ("chat", "responses"):
         system, messages = _openai(body, api)
         breakpoints = None
@@ -150,10 +171,19 @@ def parse_body(
         tools = _tools(body.get("tools"))
         if any(isinstance(t, Mapping) and "cache_control" in t for t in body.get("tools") or ()):
             breakpoints = sorted({-1, *(breakpoints or ())})
+        mode, ttl = _anthropic_cache(body, bool(breakpoints))
+        if mode == "automatic" and messages:
+            # The provider marks the last cacheable block, in one of the four slots.
+            breakpoints = sorted(
+                {*(breakpoints or ())[-(_MAX_BREAKPOINTS - 1) :], len(messages) - 1}
+            )
     else:
         raise ValueError(f"unknown API {api!r}; expected one of {APIS}")
     if breakpoints:
         breakpoints = breakpoints[-_MAX_BREAKPOINTS:]
+    schema = _output_schema(body, api)
+    if schema is not None:
+        tools = (*tools, schema)
     model = body.get("model")
     request = Request(
         system=system,
@@ -170,7 +200,60 @@ def parse_body(
         params=_params(body, api),
         keys=_keys(body),
         previous_response_id=str(previous) if previous else None,
+        cache_mode=mode,
+        cache_ttl_seconds=ttl,
     )
+
+
+def _ttl(mark: Any) -> float:
+    ttl = mark.get("ttl") if isinstance(mark, Mapping) else None
+    return _TTL_SECONDS.get(str(ttl), 300.0)
+
+
+def _marks(value: Any, depth: int = 0) -> list[Any]:
+    """Every `cache_control` value in a body part (bounded depth: blocks nest two levels)."""
+    found: list[Any] = []
+    if depth > 4:
+        return found
+    if isinstance(value, Mapping):
+        if "cache_control" in value:
+            found.append(value["cache_control"])
+        for key in ("content", "system", "tools", "messages"):
+            if key in value:
+                found.extend(_marks(value[key], depth + 1))
+    elif isinstance(value, list):
+        for item in value:
+            found.extend(_marks(item, depth + 1))
+    return found
+
+
+def _anthropic_cache(body: Mapping[str, Any], marked: bool) -> tuple[CacheMode, float | None]:
+    """How an Anthropic request asks to be cached, and the longest TTL it asks for."""
+    top = body.get("cache_control")
+    inner = _marks({k: body.get(k) for k in ("system", "tools", "messages") if k in body})
+    if isinstance(top, Mapping):
+        return "automatic", max([_ttl(top), *(_ttl(m) for m in inner)])
+    if marked:
+        return "explicit", max([_ttl(m) for m in inner] or [300.0])
+    return "none", None
+
+
+def _output_schema(body: Mapping[str, Any], api: Api) -> dict[str, Any] | None:
+    """The structured-output format a body sends, as one entry rendered after the tools."""
+    value: Any = None
+    if api == "chat":
+        value = body.get("response_format")
+    elif api == "responses":
+        text = body.get("text")
+        value = text.get("format") if isinstance(text, Mapping) else None
+    else:
+        value = body.get("output_format")
+        config = body.get("output_config")
+        if value is None and isinstance(config, Mapping):
+            value = config.get("format")
+    if not isinstance(value, Mapping) or value.get("type") in (None, "text"):
+        return None
+    return {"type": "output_format", "format": dict(value)}
 
 
 def _params(body: Mapping[str, Any], api: Api) -> dict[str, Any]:
