@@ -1,5 +1,5 @@
-"""CLI output (`cachepilot.console`), the per-user directory (`cachepilot.paths`) and the bench
-chart's styles (`cachepilot_bench.plot`)."""
+"""The bench's terminal output (`cachepilot_bench.console`) and its chart's styles
+(`cachepilot_bench.plot`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from cachepilot.cli import main
-from cachepilot.console import ProgressReporter, write_bench_table
-from cachepilot.paths import cache_home
+from cachepilot_bench.console import ProgressReporter, write_bench_table
 from cachepilot_bench.plot import series_styles
 
 DOC = {
@@ -99,23 +98,6 @@ def test_bench_command_reports_progress_when_piped(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "[1/1]" in out.stderr  # the one session of the built-in demo workload
     assert "vanilla" in out.stdout and "\x1b[" not in out.stdout
-
-
-def test_cache_home_honours_the_override_and_the_platform(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("CACHEPILOT_HOME", str(tmp_path / "home"))
-    home = cache_home()
-    assert home == tmp_path / "home" and home.is_dir()
-    assert (home.stat().st_mode & 0o777) == 0o700
-    monkeypatch.setenv("CACHEPILOT_HOME", "relative/dir")
-    with pytest.raises(ValueError, match="absolute"):
-        cache_home()
-    monkeypatch.delenv("CACHEPILOT_HOME")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    if sys.platform.startswith("linux"):
-        assert cache_home(create=False) == tmp_path / "xdg" / "cachepilot"
-    assert not (tmp_path / "xdg").exists()
 
 
 def test_sixteen_series_are_told_apart_and_cachepilot_is_on_top() -> None:

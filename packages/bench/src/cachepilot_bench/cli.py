@@ -107,8 +107,8 @@ def _load_sessions(paths: Sequence[str]) -> tuple[list[Any], int]:
 
 
 def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from cachepilot.console import ProgressReporter, write_bench_table
     from cachepilot_bench import ALL_STRATEGIES, BenchConfig, prepare_sessions, run_bench
+    from cachepilot_bench.console import ProgressReporter, write_bench_table
     from cachepilot_bench.report import summarize
 
     config = BenchConfig(
@@ -193,8 +193,8 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_demo_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from cachepilot.console import write_bench_table
     from cachepilot_bench import ALL_STRATEGIES, BenchConfig, run_bench
+    from cachepilot_bench.console import write_bench_table
     from cachepilot_bench.demo_workload import build_demo_session
     from cachepilot_bench.plot import write_plot
     from cachepilot_bench.report import summarize

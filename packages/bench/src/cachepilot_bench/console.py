@@ -1,4 +1,4 @@
-"""Terminal output of the `cachepilot` command: progress and result tables.
+"""Terminal output of `cachepilot bench` and `cachepilot demo`: progress and result tables.
 
 On a terminal, `rich` draws a live progress bar and a table. When the stream is not a terminal
 (a pipe, a CI log, a file) progress is one plain line per finished item, so long runs still
