@@ -89,3 +89,70 @@ def test_a_settled_registry_resumes_where_it_stopped() -> None:
     reloaded.observe(more, message_keys(more))
     assert reloaded._idx().processed == 1
     assert reloaded.tasks_started == registry.tasks_started + 1
+
+
+def _writes(count: int, chars: int) -> list[Message]:
+    """Writes of whole modules, with ids (keys stay when a framework rewrites a message)."""
+    messages = [Message(role="user", content="write the modules", id="u0")]
+    for k in range(count):
+        body = "".join(f"def f{k}_{j}(x):\n    return x * {j}\n" for j in range(chars // 30))
+        call = ToolCall(f"w{k}", "write", json.dumps({"file_path": f"m{k}.py", "content": body}))
+        messages += [
+            Message(role="assistant", content=f"writing m{k}", tool_calls=(call,), id=f"a{k}"),
+            Message(role="tool", content="ok", tool_call_id=call.id, name="write", id=f"r{k}"),
+        ]
+    return messages
+
+
+def _arg_edits(pilot: CachePilot, epochs: slice = slice(None)) -> list[str]:
+    return [
+        e.call_id or ""
+        for ep in pilot.state("t").plan.epochs[epochs]
+        for e in ep.edits
+        if e.kind == "args"
+    ]
+
+
+def test_reduced_arguments_the_transcript_already_holds_settle_like_stubs() -> None:
+    config = Config(
+        maintenance=MaintenanceConfig(
+            schedule="fixed", every=1, protect_results=1, protect_tool_tokens=0, min_prune_tokens=0
+        )
+    )
+    pilot = CachePilot(config, store=InMemoryArtifactStore())
+    first = _writes(3, 12_000)
+    _, view, _ = pilot.prepare("sys", first, [], "t", now=1_000.0)
+    assert _arg_edits(pilot) == ["w0", "w1"]
+    # A framework that writes edits back holds the reduced arguments in its transcript now.
+    persisted = [*view, *_writes(5, 12_000)[len(first) :]]
+    plan_before = pilot.state("t").plan.model_copy(deep=True)
+    _, again, _ = pilot.prepare("sys", persisted, [], "t", now=1_010.0)
+    assert len(pilot.state("t").plan.epochs) == 2  # a second epoch: the first one settles
+    assert _arg_edits(pilot, slice(0, 1)) == []  # held by the transcript: dropped
+    assert _arg_edits(pilot, slice(1, None)) == ["w2", "w3"]
+    reference = CachePilot(config, store=InMemoryArtifactStore())
+    reference.load_state("t", pilot.export_state("t"))
+    reference.state("t").plan.epochs[0] = plan_before.epochs[0]
+    _, unsettled, _ = reference.prepare("sys", persisted, [], "t", now=1_010.0, maintain=False)
+    assert again == unsettled  # the view is the same with or without the settled edits
+
+
+def test_reduced_arguments_inside_a_fold_settle() -> None:
+    config = Config(
+        maintenance=MaintenanceConfig(
+            schedule="fixed", every=1, protect_results=1, protect_tool_tokens=0, min_prune_tokens=0
+        )
+    )
+    pilot = CachePilot(config, store=InMemoryArtifactStore())
+    transcript = _writes(4, 12_000)
+    pilot.prepare("sys", transcript, [], "t", now=1_000.0)
+    assert _arg_edits(pilot) == ["w0", "w1", "w2"]
+    more = [*transcript, *_writes(6, 600)[len(transcript) :]]
+    assert pilot.emergency_fold("sys", more, "t")
+    _, view, _ = pilot.prepare("sys", more, [], "t", now=1_010.0)
+    assert any((m.id or "").startswith("cachepilot-fold-") for m in view)
+    # The fold covers the reduced calls: a later maintenance point drops their edits.
+    more = [*more, Message(role="user", content="now the docs"), *_writes(8, 600)[len(more) :]]
+    pilot.prepare("sys", more, [], "t", now=1_020.0)
+    folded_calls = {"w0", "w1", "w2"}
+    assert not folded_calls & set(_arg_edits(pilot, slice(0, -1)))

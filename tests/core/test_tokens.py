@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import subprocess
@@ -203,3 +204,20 @@ def test_missing_package_data_means_the_approximate_counter(
         encoding = load_encoding("o200k_base")
     assert isinstance(encoding, ApproximateEncoding)
     assert "approximate" in caplog.text
+
+
+def test_a_key_memo_never_answers_for_other_content() -> None:
+    # A view's edited copy keeps the original's key, and a framework id can recur in another
+    # thread: the count must follow the content, in either order.
+    counter = TokenCounter()
+    long = Message(role="tool", content="lorem ipsum dolor " * 500, tool_call_id="c1", name="t")
+    stub = Message(role="tool", content="[output elided]", tool_call_id="c1", name="t")
+    expected_long = counter.count_message(dataclasses.replace(long))
+    expected_stub = counter.count_message(dataclasses.replace(stub))
+    assert expected_long > expected_stub
+    assert counter.count_message(stub, key="id:m1") == expected_stub
+    assert counter.count_message(long, key="id:m1") == expected_long
+    assert counter.count_message(dataclasses.replace(stub), key="id:m1") == expected_stub
+    # The same content under the same key is still answered from the memo.
+    rebuilt = Message(role="tool", content=stub.text, tool_call_id="c1", name="t")
+    assert counter.count_message(rebuilt, key="id:m1") == expected_stub

@@ -400,7 +400,8 @@ def test_reducer_reduces_a_tool_message_from_a_plain_node_once(scripted) -> None
     graph.update_state(config, {"messages": [copy]})
     assert len(pilot.ingested) == 3
 
-    # A result added by hand (no cachepilot component saw its call) in a fresh thread.
+    # A result added by hand (no cachepilot component saw its call, and a reducer gets no
+    # config): kept as it came, never archived in a thread another run could read.
     fresh = {"configurable": {"thread_id": "hand"}}
     graph.update_state(
         fresh,
@@ -413,7 +414,8 @@ def test_reducer_reduces_a_tool_message_from_a_plain_node_once(scripted) -> None
         },
     )
     stored = graph.get_state(fresh).values["messages"][-1]
-    assert REF.search(str(stored.content)) and pilot.ingested[-1] == "call_99"
+    assert stored.content == command_log("make hand") and "call_99" not in pilot.ingested
+    assert pilot.store.list("default") == [] and pilot.store.list("hand") == []
 
 
 @settings(

@@ -4,7 +4,8 @@ Coding agents put whole files into tool-call arguments (`write(path, content)`, 
 new)`); once the call is answered those values are the largest items of the history, resent
 on every call. At a maintenance point (never at ingestion: the assistant message is already
 in the cached prefix when its result arrives) each long string value is archived and replaced
-by a short head preview and the `recall(ref=…)` that returns it byte-identical.
+by a short head preview and the `recall(ref=…)` that returns it byte-identical (when the model
+has no recall tool, the preview says the rest was elided; the value is archived all the same).
 
 The rewritten arguments keep the call's shape, so the provider's validation of tool-call JSON
 still passes: a JSON object stays an object with the same keys in the same order, arrays keep
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachepilot.redact import redact
-from cachepilot.reduce.stubs import recall_call
+from cachepilot.reduce.stubs import pointer
 from cachepilot.refs import make_ref
 
 __all__ = ["ReducedArguments", "argument_stub", "reduce_arguments"]
@@ -52,42 +53,50 @@ def _head(value: str, preview_chars: int) -> str:
     return head[:cut] if cut >= preview_chars // 2 else head
 
 
-def argument_stub(value: str, ref: str, preview_chars: int) -> str:
+def argument_stub(value: str, ref: str | None, preview_chars: int) -> str:
     """What a long argument value becomes: a head preview and the recall call of the value.
 
-    Credential shapes in the preview are replaced (`cachepilot.redact`); the archived value
-    keeps them, for `recall` in the same thread.
+    `ref` None: the model has no recall tool, so the note says the rest was elided. Credential
+    shapes in the preview are replaced (`cachepilot.redact`); the archived value keeps them,
+    for `recall` in the same thread.
     """
     head = redact(_head(value, preview_chars)) if preview_chars > 0 else ""
-    note = (
-        f"[argument reduced {len(value):,} → {len(head):,} chars; full value: {recall_call(ref)}]"
-    )
+    note = f"[argument reduced {len(value):,} → {len(head):,} chars; {pointer(ref, 'full value')}]"
     return f"{head}\n{note}" if head else note
 
 
-def _walk(
-    value: Any, min_chars: int, preview_chars: int, found: list[tuple[str, str]], depth: int
+def _walk(  # noqa: PLR0917 - a private recursive helper
+    value: Any,
+    min_chars: int,
+    preview_chars: int,
+    found: list[tuple[str, str]],
+    depth: int,
+    recall: bool,
 ) -> Any:
     if isinstance(value, str):
         if len(value) <= min_chars:
             return value
         ref = make_ref(value)
         found.append((value, ref))
-        return argument_stub(value, ref, preview_chars)
+        return argument_stub(value, ref if recall else None, preview_chars)
     if depth >= _MAX_DEPTH:
         return value
     if isinstance(value, dict):
-        return {k: _walk(v, min_chars, preview_chars, found, depth + 1) for k, v in value.items()}
+        return {
+            k: _walk(v, min_chars, preview_chars, found, depth + 1, recall)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [_walk(v, min_chars, preview_chars, found, depth + 1) for v in value]
+        return [_walk(v, min_chars, preview_chars, found, depth + 1, recall) for v in value]
     return value
 
 
 def reduce_arguments(
-    arguments: str, *, min_chars: int, preview_chars: int
+    arguments: str, *, min_chars: int, preview_chars: int, recall: bool = True
 ) -> ReducedArguments | None:
     """The arguments with every string value longer than `min_chars` reduced, or None when
-    nothing is that long (or the reduced text would not be shorter).
+    nothing is that long (or the reduced text would not be shorter). `recall` False: the
+    previews name no recall call (the model is offered none).
 
     Total: never raises (odd input is treated as free-form text).
     """
@@ -103,14 +112,14 @@ def reduce_arguments(
         is_json = True
     if is_json:
         try:
-            reduced = _walk(parsed, min_chars, preview_chars, found, 0)
+            reduced = _walk(parsed, min_chars, preview_chars, found, 0, recall)
             text = json.dumps(reduced, ensure_ascii=False)
         except (ValueError, TypeError, RecursionError):
             return None
     else:
         ref = make_ref(arguments)
         found.append((arguments, ref))
-        text = argument_stub(arguments, ref, preview_chars)
+        text = argument_stub(arguments, ref if recall else None, preview_chars)
     if not found or len(text) >= len(arguments):
         return None
     return ReducedArguments(text=text, values=tuple(found), original_chars=len(arguments))

@@ -16,7 +16,7 @@ from cachepilot.reduce import Reduction, ToolResult, coerce_args, normalize_outp
 from cachepilot.reduce.images import image_replacement
 from cachepilot.reduce.memory import canonical_args
 from cachepilot.reduce.passes.size import unarchived_preview
-from cachepilot.reduce.stubs import invalid_utf8_note, recall_call
+from cachepilot.reduce.stubs import invalid_utf8_note, pointer, recall_call
 from cachepilot.refs import make_ref
 from cachepilot.views import views_meta
 
@@ -88,10 +88,11 @@ class Ingestion(PilotBase):
             # Binary or invalid UTF-8: the text is a lossy decoding, so archive the original
             # and tell the model where it is.
             ref = make_ref(result.original)
+            shown = ref if self.config.recall_tool else None
             return self._archive(
                 thread,
                 result,
-                f"{result.text}\n{invalid_utf8_note(ref)}",
+                f"{result.text}\n{invalid_utf8_note(shown)}",
                 tool_name=tool_name,
                 args=parsed_args,
                 call_id=call_id,
@@ -113,7 +114,7 @@ class Ingestion(PilotBase):
             reduction = self._pipeline.run(
                 tool_name, parsed_args, call_id, result, state.ingest,
                 compressed=compressed.text if compressed is not None else None,
-                memory_lock=self._lock,
+                memory_lock=self._lock, recall=self.config.recall_tool,
             )  # fmt: skip
             with self._lock:
                 state.revision += 1
@@ -176,11 +177,14 @@ class Ingestion(PilotBase):
         text = reduction.text
         lossy_steps = [s.pass_name for s in reduction.steps if not s.lossless]
         ref = reduction.ref or make_ref(result.original)
-        if (lossy_steps or not result.exact) and recall_call(ref) not in text:
+        shown = ref if self.config.recall_tool else None
+        # Every stub names the recall call of `ref`, or (no recall tool) ends "… elided]".
+        named = recall_call(ref) if shown is not None else " elided]"
+        if (lossy_steps or not result.exact) and named not in text:
             # A pass left content out without naming the ref (e.g. folded similar lines, slimmed
             # JSON): the model could not get it back. Name it, unless the whole output is shorter.
-            note = f"[output shortened ({', '.join(lossy_steps) or result.kind}); full text: "
-            note += f"{recall_call(ref)}]"
+            note = f"[output shortened ({', '.join(lossy_steps) or result.kind}); "
+            note += f"{pointer(shown)}]"
             if result.exact and len(text) + len(note) + 1 >= len(result.text):
                 return IngestReport(result.text, None, original_chars)
             text = f"{text}\n{note}"

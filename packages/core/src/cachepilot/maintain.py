@@ -76,6 +76,7 @@ class Maintenance(PilotBase):
                 request=self._canonical(system, messages, in_tools, scratch),
                 keys=self._trackers.setdefault(thread, KeyTracker()).keys(messages),
                 clock=time.time() if now is None else now,
+                recall=self.config.recall_tool if recall is None else bool(recall),
             )
             appended = refreshed is not None
             state.revision += 1  # decisions and the lifecycle change even without an epoch
@@ -92,6 +93,7 @@ class Maintenance(PilotBase):
         request: tuple[str | None, list[Message], list[dict[str, Any]]],
         keys: Sequence[str],
         clock: float,
+        recall: bool,
     ) -> tuple[tuple[str | None, list[Message], list[dict[str, Any]]] | None, PlanView | None]:
         """Ask the scheduler about `request` (canonical).
 
@@ -111,6 +113,7 @@ class Maintenance(PilotBase):
             system=system,
             tools=out_tools,
             idle=idle,
+            recall=recall,
         )
         if not appended:
             return None, rendered
@@ -132,13 +135,15 @@ class Maintenance(PilotBase):
         system: str | None,
         tools: Sequence[Mapping[str, Any]],
         idle: float | None,
+        recall: bool,
     ) -> tuple[bool, PlanView | None]:
         """Ask the scheduler whether this call is a maintenance point; append the epoch if so.
 
         Prune and evict come first; the fold runs only when the context is still above the
         fold trigger after them. Returns whether an epoch was appended, and the view it
-        judged (None when it rendered none, or when an epoch made it stale). Never raises: a
-        failure skips maintenance for this call.
+        judged (None when it rendered none, or when an epoch made it stale). `recall`: the
+        model is offered the recall tool (else no stub or summary names a recall call).
+        Never raises: a failure skips maintenance for this call.
         """
         cfg = self.config.maintenance
         if not cfg.enabled or not messages:
@@ -186,7 +191,7 @@ class Maintenance(PilotBase):
             prune_decision = decision
             edits: list[Edit] = []
             if decision.apply and chosen:
-                edits = self._stub_edits(thread, view, chosen, counter)
+                edits = self._stub_edits(thread, view, chosen, counter, recall=recall)
             remaining = context - (decision.removed_tokens if edits else 0)
             fold_reason = None
             keep_from: str | None = None
@@ -219,6 +224,7 @@ class Maintenance(PilotBase):
                     system=system,
                     counter=counter,
                     keep_from=keep_from,
+                    recall=recall,
                 )
                 edits += folded
                 if not folded and fold_reason != "fold-trigger":
@@ -266,6 +272,7 @@ class Maintenance(PilotBase):
         counter: TokenCounter,
         emergency: bool = False,
         keep_from: str | None = None,
+        recall: bool = True,
     ) -> list[Edit]:
         """A fold of everything before the protected tail (or before the message keyed
         `keep_from`), as seen after `pending` edits."""
@@ -282,6 +289,7 @@ class Maintenance(PilotBase):
             "counter": counter,
             "epoch_index": len(state.plan.epochs),
             "system": system,
+            "recall": recall,
         }
         if emergency:
             del args["system"]  # the emergency summary request is always standalone
@@ -303,12 +311,15 @@ class Maintenance(PilotBase):
         messages: Sequence[Message],
         thread: str = "default",
         tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        recall: bool | None = None,
     ) -> bool:
         """Fold hard after a provider context-length error; call `prepare` again afterwards.
 
-        Pass the same system prompt, transcript and tools as to `prepare`. Returns True when
-        a fold was added to the plan, False when nothing could be folded (or the fold failed,
-        which is logged): the thread's state is untouched then.
+        Pass the same system prompt, transcript, tools and `recall` as to `prepare` (without
+        recall the summary's header names no recall call). Returns True when a fold was added
+        to the plan, False when nothing could be folded (or the fold failed, which is logged):
+        the thread's state is untouched then.
         """
         check_pilot_thread(thread)
         check_request(system, messages, tools)
@@ -318,7 +329,7 @@ class Maintenance(PilotBase):
                 # A scratch copy: the real frozen values change only with an epoch.
                 scratch = state.canonical.model_copy(deep=True)
                 system, canon_messages, _ = self._canonical(
-                    system, messages, self._with_recall(tools), scratch
+                    system, messages, self._with_recall(tools, recall), scratch
                 )
                 keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
                 counter = get_counter(self.config.encoding)
@@ -331,6 +342,7 @@ class Maintenance(PilotBase):
                     system=system,
                     counter=counter,
                     emergency=True,
+                    recall=self.config.recall_tool if recall is None else bool(recall),
                 )
             except Exception:
                 logger.warning("thread %s: emergency fold failed", thread, exc_info=True)
@@ -417,8 +429,11 @@ class Maintenance(PilotBase):
         view: Sequence[Message],
         chosen: Sequence[Candidate],
         counter: TokenCounter,
+        *,
+        recall: bool = True,
     ) -> list[Edit]:
-        """Archive each chosen result as it stands, then stub it (nothing is lost)."""
+        """Archive each chosen result as it stands, then stub it (nothing is lost); without
+        `recall` the stubs name no recall call."""
         texts: list[str] = []
         refs: list[str] = []
         stubbed: list[Candidate] = []
@@ -426,7 +441,7 @@ class Maintenance(PilotBase):
         for cand in chosen:
             message = view[cand.index]
             if cand.kind == "args":
-                arguments.extend(self._argument_edits(thread, message, cand))
+                arguments.extend(self._argument_edits(thread, message, cand, recall=recall))
                 continue
             stubbed.append(cand)
             # Parts (images, reasoning) are archived whole, as the message's JSON.
@@ -446,14 +461,18 @@ class Maintenance(PilotBase):
                 },
             )
             refs.append(ref)
-            texts.append(stub_text(cand.kind, message, cand.tokens, ref, cand.reason))
+            texts.append(
+                stub_text(cand.kind, message, cand.tokens, ref, cand.reason, recall=recall)
+            )
         edits = build_edits(stubbed, texts, refs)
         if not arguments:
             return edits
         order = {c.key: c.index for c in chosen}
         return sorted([*edits, *arguments], key=lambda e: order.get(e.key, -1))
 
-    def _argument_edits(self, thread: str, message: Message, cand: Candidate) -> list[Edit]:
+    def _argument_edits(
+        self, thread: str, message: Message, cand: Candidate, *, recall: bool = True
+    ) -> list[Edit]:
         """Archive the arguments of the candidate's calls (each whole, and each long value on
         its own, which is what the preview names), then reduce them. A call whose values
         cannot all be archived keeps its arguments."""
@@ -462,7 +481,7 @@ class Maintenance(PilotBase):
         for call in message.tool_calls:
             if call.id not in cand.calls:
                 continue
-            reduced = argument_plan(call.arguments, cfg)
+            reduced = argument_plan(call.arguments, cfg, recall=recall)
             if reduced is None:
                 continue
             meta = {"tool": call.name, "call_id": call.id, "source": f"call:{call.id}:args"}

@@ -29,6 +29,7 @@ from cachepilot.messages import Message
 from cachepilot.plan import Edit
 from cachepilot.pricing import Price
 from cachepilot.redact import redact
+from cachepilot.reduce.stubs import pointer
 from cachepilot.tokens import TokenCounter
 
 __all__ = [
@@ -52,7 +53,7 @@ __all__ = [
 _STUB_MAX_LABEL = 60
 _STUB = re.compile(
     r"\[[^\n]{1,60} output (?:pruned|evicted)(?: \([^\n]{0,80}\))?: [\d,]{1,15} tokens; "
-    r'full text: recall\(ref="[0-9a-f]{12}"\)\]'
+    r'(?:full text: recall\(ref="[0-9a-f]{12}"\)|full text elided)\]'
 )
 _STUB_MAX_CHARS = 300
 
@@ -194,9 +195,16 @@ class Decision(BaseModel):
 
 
 def stub_text(
-    kind: Literal["stub", "evict"], message: Message, tokens: int, ref: str, reason: str
+    kind: Literal["stub", "evict"],
+    message: Message,
+    tokens: int,
+    ref: str,
+    reason: str,
+    *,
+    recall: bool = True,
 ) -> str:
-    """Deterministic one-line stub that names the ref to recall.
+    """Deterministic one-line stub that names the ref to recall (without `recall`, the model
+    has no recall tool: the stub says the text was elided).
 
     The reason may come from a model (the LLM lifecycle estimator): credential shapes in it
     are replaced (`cachepilot.redact`).
@@ -204,7 +212,7 @@ def stub_text(
     label = (message.name or "tool")[:_STUB_MAX_LABEL]
     verb = "pruned" if kind == "stub" else "evicted"
     why = f" ({redact(reason)})" if reason and kind == "evict" else ""
-    return f'[{label} output {verb}{why}: {tokens:,} tokens; full text: recall(ref="{ref}")]'
+    return f"[{label} output {verb}{why}: {tokens:,} tokens; {pointer(ref if recall else None)}]"
 
 
 def is_stub(text: str) -> bool:
@@ -277,17 +285,25 @@ def prune_candidates(
     return out
 
 
-def argument_plan(arguments: str, config: MaintenanceConfig) -> ReducedArguments | None:
+def argument_plan(
+    arguments: str, config: MaintenanceConfig, *, recall: bool = True
+) -> ReducedArguments | None:
     """`reduce_arguments` with the config's sizes (memoised: the same text is judged on
     every call until it is reduced)."""
     if len(arguments) <= config.argument_min_chars:
         return None
-    return _argument_plan(arguments, config.argument_min_chars, config.argument_preview_chars)
+    return _argument_plan(
+        arguments, config.argument_min_chars, config.argument_preview_chars, recall
+    )
 
 
 @lru_cache(maxsize=256)
-def _argument_plan(arguments: str, min_chars: int, preview_chars: int) -> ReducedArguments | None:
-    return reduce_arguments(arguments, min_chars=min_chars, preview_chars=preview_chars)
+def _argument_plan(
+    arguments: str, min_chars: int, preview_chars: int, recall: bool
+) -> ReducedArguments | None:
+    return reduce_arguments(
+        arguments, min_chars=min_chars, preview_chars=preview_chars, recall=recall
+    )
 
 
 def _argument_candidates(

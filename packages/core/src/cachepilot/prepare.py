@@ -59,6 +59,7 @@ class Preparation(Maintenance):
             # The recall tool joins before canonicalization: it is ordered and key-sorted like
             # every other tool, and part of the tool set from the first call on.
             in_tools = self._with_recall(tools, recall)
+            offer = self.config.recall_tool if recall is None else bool(recall)
             request = self._canonical(system, messages, in_tools, state.canonical)
             keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
             cache = self._views.setdefault(thread, ViewCache())
@@ -74,6 +75,7 @@ class Preparation(Maintenance):
                     request=request,
                     keys=keys,
                     clock=clock,
+                    recall=offer,
                 )
                 request = refreshed or request
             system, canon_messages, out_tools = request

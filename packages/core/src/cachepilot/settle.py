@@ -1,9 +1,10 @@
 """Settling: drop from a thread's state what folds and stubs made irrelevant for good.
 
-A fold replaces a range of the transcript with one summary; the stubs planned inside that
-range and the folds it supersedes no longer change the view, and neither does a stub that the
-framework already holds in place of its result (LangGraph writes edits into graph state), nor
-the lifecycle segments of folded messages or of work whose results are all stubbed. Left in
+A fold replaces a range of the transcript with one summary; the stubs and reduced arguments
+(`args` edits) planned inside that range and the folds it supersedes no longer change the view,
+and neither does a stub or a reduced argument text that the framework already holds in place
+of the original (LangGraph writes edits into graph state), nor the lifecycle segments of folded
+messages or of work whose results are all stubbed. Left in
 place they grow the state with every call (and a LangGraph checkpoint rewrites the state at
 every step). `settle` runs at maintenance points, right after an epoch is appended: the view is
 the same before and after it.
@@ -55,11 +56,12 @@ def settle(
             continue
         applied.add(id(edit))
         folded.update(keys[position[first] : position[last] + 1])
+    # Results replaced by stubs (reduced arguments leave the results whole).
     stubbed = {
         edit.key
         for epoch in plan.epochs
         for edit in epoch.edits
-        if edit.kind != "fold" and edit.key in position
+        if edit.kind in ("stub", "evict") and edit.key in position
     }
     stubbed.update(
         key
@@ -81,9 +83,17 @@ def settle(
 
 
 def _held(edit: Edit, messages: Sequence[Message], position: dict[str, int]) -> bool:
-    """True for a stub the transcript already holds in place of its result."""
+    """True for a stub the transcript already holds in place of its result, or reduced
+    arguments it already holds in place of its call's arguments."""
     at = position.get(edit.key)
-    return edit.kind != "fold" and at is not None and messages[at].text == edit.text
+    if edit.kind == "fold" or at is None:
+        return False
+    message = messages[at]
+    if edit.kind == "args":
+        return message.role == "assistant" and any(
+            call.id == edit.call_id and call.arguments == edit.text for call in message.tool_calls
+        )
+    return message.role == "tool" and message.text == edit.text
 
 
 def _superseded(edit: Edit, folded: set[str], position: dict[str, int], applied: set[int]) -> bool:

@@ -164,7 +164,10 @@ class TokenCounter:
         # Identity memo: the same Message object passed again costs one dict lookup. The
         # entry keeps the message alive, so its id() cannot be reused while cached.
         self._by_object: OrderedDict[int, tuple[Message, int]] = OrderedDict()
-        self._by_key: OrderedDict[str, int] = OrderedDict()
+        # Key memo: a message rebuilt from the framework each call keeps its key. The entry
+        # holds a content signature too, because one key can carry other content (a view's
+        # edited copy of a message, or the same framework id in another thread).
+        self._by_key: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -216,9 +219,12 @@ class TokenCounter:
             key: its stable key (`messages.message_keys`), when the caller has it: a known key
                 is answered without touching the content.
         """
+        signature = _signature(message) if key is not None else 0
         with self._lock:
-            if key is not None and key in self._by_key:
-                return self._by_key[key]
+            if key is not None:
+                known = self._by_key.get(key)
+                if known is not None and known[0] == signature:
+                    return known[1]
             hit = self._by_object.get(id(message))
             if hit is not None and hit[0] is message:
                 return hit[1]
@@ -228,7 +234,8 @@ class TokenCounter:
             if len(self._by_object) > _MAX_MEMO_ENTRIES:
                 self._by_object.popitem(last=False)
             if key is not None:
-                self._by_key[key] = total
+                self._by_key[key] = (signature, total)
+                self._by_key.move_to_end(key)
                 if len(self._by_key) > _MAX_MEMO_ENTRIES:
                     self._by_key.popitem(last=False)
         return total
@@ -253,6 +260,17 @@ class TokenCounter:
                 raise ValueError("keys must align with messages")
             return sum(self.count_message(m, k) for m, k in zip(messages, keys, strict=True))
         return sum(self.count_message(m) for m in messages)
+
+
+def _signature(message: Message) -> int:
+    # str hashes are cached on the string object, so a message rebuilt around the same
+    # strings is signed without rereading its text.
+    parts = tuple(
+        part.text if isinstance(part, TextPart | ReasoningPart) else type(part).__name__
+        for part in message.parts
+    )
+    calls = tuple((call.name, call.arguments) for call in message.tool_calls)
+    return hash((message.role, parts, calls, message.name))
 
 
 def _scrub(text: str) -> str:

@@ -12,7 +12,9 @@ reducer are not nodes, so the live state may run ahead of graph state between tw
 * `committed`: the live revision right after a maintenance node committed a model call; the
   model wrapper then prepares without changing the state again.
 * `call_threads`: the thread of each tool call a component saw, for the reducer, which runs
-  without a config.
+  without a config. A call id seen in two threads (a model that makes its ids up) is
+  ambiguous and resolves to no thread, so a result is never ingested into another run.
+* `scopes`: the scopes of runs without a `thread_id` (`run_scope.RunScopes`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from langgraph.config import get_config, get_store
 
 from cachepilot import CachePilot
 from cachepilot_langgraph.convert import content_text
-from cachepilot_langgraph.state import PILOT_STATE_KEY, sync_pilot_state
+from cachepilot_langgraph.run_scope import RunScopes
+from cachepilot_langgraph.state import PILOT_STATE_KEY, sync_pilot_state, thread_of
 
 __all__ = [
     "INGESTED",
@@ -42,6 +45,7 @@ __all__ = [
     "is_ingested",
     "link_of",
     "mark_ingested",
+    "run_thread",
     "state_update",
     "sync_state",
     "tool_output",
@@ -62,11 +66,12 @@ _CALL_THREADS_MAX = 50_000
 class PilotLink:
     """Shared bookkeeping of one pilot's graph components (see the module docstring)."""
 
+    scopes: RunScopes
     lock: threading.Lock = field(default_factory=threading.Lock)
     synced: dict[str, int] = field(default_factory=dict)
     committed: dict[str, int] = field(default_factory=dict)
     persisted_epochs: dict[str, int] = field(default_factory=dict)
-    call_threads: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    call_threads: OrderedDict[str, str | None] = field(default_factory=OrderedDict)
     warned: set[str] = field(default_factory=set)
 
     def note_calls(self, thread: str, messages: Iterable[BaseMessage]) -> None:
@@ -81,18 +86,30 @@ class PilotLink:
         self.note_call_ids(thread, ids)
 
     def note_call_ids(self, thread: str, call_ids: Iterable[str]) -> None:
-        """Remember the thread of these tool call ids (bounded)."""
+        """Remember the thread of these tool call ids (bounded; an id already seen in
+        another thread becomes ambiguous)."""
         with self.lock:
             for call_id in call_ids:
-                self.call_threads[call_id] = thread
+                known = self.call_threads.get(call_id, thread)
+                self.call_threads[call_id] = thread if known == thread else None
                 self.call_threads.move_to_end(call_id)
             while len(self.call_threads) > _CALL_THREADS_MAX:
                 self.call_threads.popitem(last=False)
 
     def thread_of_call(self, call_id: str) -> str | None:
-        """The thread a tool call was seen in, if any component saw it."""
+        """The thread a tool call was seen in, if one component saw it in one thread."""
         with self.lock:
             return self.call_threads.get(call_id)
+
+    def forget(self, thread: str) -> None:
+        """Drop the bookkeeping of a thread whose scope ended (linear in the bounded map)."""
+        with self.lock:
+            self.synced.pop(thread, None)
+            self.committed.pop(thread, None)
+            self.persisted_epochs.pop(thread, None)
+            stale = [k for k, v in self.call_threads.items() if v == thread]
+            for key in stale:
+                del self.call_threads[key]
 
     def warn_once(self, key: str, message: str, *args: object) -> None:
         """Log a warning the first time `key` comes up."""
@@ -112,9 +129,21 @@ def link_of(pilot: CachePilot) -> PilotLink:
     with _LINKS_LOCK:
         found = _LINKS.get(pilot)
         if found is None:
-            found = PilotLink()
+            found = PilotLink(RunScopes(pilot))
+            found.scopes.on_drop = found.forget
             _LINKS[pilot] = found
         return found
+
+
+def run_thread(pilot: CachePilot, config: RunnableConfig | None, namespace: str | None) -> str:
+    """The cachepilot thread of a running step: its `thread_id` (prefixed by `namespace`),
+    else the scope of its run (`run_scope.RunScopes`, made on first use)."""
+    thread = thread_of(config, namespace)
+    if thread is not None:
+        return thread
+    scope = link_of(pilot).scopes.resolve(config, namespace)
+    assert scope is not None  # resolve(create=True) always has one
+    return scope
 
 
 def sync_state(pilot: CachePilot, thread: str, persisted: object) -> None:

@@ -9,7 +9,8 @@ Every call is rendered through `CachePilot.prepare(..., maintain=False)`: the sy
 is canonicalized (volatile values move to a stable block), the thread's plan is applied, and
 the tools are bound in a stable order with `recall` among them from the first call. Usage
 (cached tokens included) is recorded from the response's `usage_metadata`. The thread is the
-LangGraph `thread_id` of the running step.
+LangGraph `thread_id` of the running step; a run without one gets a scope of its own
+(shared by the run's other cachepilot components, never by another run).
 
 When a `CachePilotNode` ran before the model node, the call was already committed there and
 the wrapper only renders it (the state is left exactly as the node persisted it). Without
@@ -55,8 +56,10 @@ from cachepilot_langgraph._shared import (
     current_config,
     current_store,
     link_of,
+    run_thread,
     use_graph_store,
 )
+from cachepilot_langgraph.cache_marks import is_anthropic_model, mark_request, uses_breakpoints
 from cachepilot_langgraph.convert import (
     MessageConverter,
     ordered,
@@ -65,7 +68,6 @@ from cachepilot_langgraph.convert import (
 )
 from cachepilot_langgraph.node import ToolLike, tool_schemas
 from cachepilot_langgraph.recall_tool import make_recall_tool
-from cachepilot_langgraph.state import thread_of
 
 __all__ = ["CachePilotChatModel"]
 
@@ -162,7 +164,7 @@ class CachePilotChatModel(BaseChatModel):
     # --- preparing a call ----------------------------------------------------------------
 
     def _thread(self) -> str:
-        return thread_of(current_config(), self.namespace)
+        return run_thread(self.pilot, current_config(), self.namespace)
 
     def _begin(self, messages: list[BaseMessage], kwargs: Mapping[str, Any], thread: str) -> _Call:
         rest = dict(kwargs)
@@ -185,12 +187,26 @@ class CachePilotChatModel(BaseChatModel):
         by_id = {m.id: m for m in history if m.id}
         lc_view = [to_langchain(m, self._converter, by_id) for m in view]
         if out_system is None:
-            head: list[BaseMessage] = []
+            head: SystemMessage | None = None
         elif system_message is not None and out_system == system:
-            head = [system_message]
+            head = system_message
         else:
-            head = [SystemMessage(content=out_system)]
-        call.messages = head + lc_view
+            head = SystemMessage(content=out_system)
+        if is_anthropic_model(self.model) and uses_breakpoints(self.pilot):
+            # Marks go on copies in the request only (never into graph state).
+            marked = mark_request(
+                self.pilot,
+                thread,
+                system_text=out_system,
+                view=view,
+                schemas=out_tools,
+                system=head,
+                messages=lc_view,
+                tools=tools,
+                options=options,
+            )
+            head, lc_view = marked.system, marked.messages
+        call.messages = ([head] if head is not None else []) + lc_view
         from cachepilot.canonical import tool_name
 
         names = [tool_name(t) for t in out_tools]

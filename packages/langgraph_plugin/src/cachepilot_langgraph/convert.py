@@ -235,6 +235,8 @@ def to_langchain(
         return original
     base = by_id.get(message.id) if by_id is not None and message.id is not None else None
     content = _lc_content(message.content)
+    if isinstance(base, AIMessage):
+        return _edited_ai(base, message, content)
     if base is not None:
         return base.model_copy(update={"content": content})
     if message.role == "tool":
@@ -256,6 +258,71 @@ def to_langchain(
     if message.role == "system":
         return SystemMessage(content=content, id=message.id)
     return HumanMessage(content=content, id=message.id)
+
+
+def _edited_ai(base: AIMessage, message: Message, content: Any) -> AIMessage:
+    """`base` as the view shows it: its content when that was edited, and the arguments of
+    each tool call the view reduced (`args` edits), in every copy a provider may serialize
+    (`tool_calls`, the raw `additional_kwargs["tool_calls"]`, `tool_use` / `function_call` /
+    `tool_call` content blocks). Ids, names and the calls' order stay, so pairing holds."""
+    arguments = {
+        c.id: c.arguments
+        for c, old in zip(message.tool_calls, base.tool_calls, strict=False)
+        if c.id and c.arguments != _arguments(old)
+    }
+    update: dict[str, Any] = {}
+    if message.content != _parts(base.content):
+        update["content"] = content
+    if not arguments:
+        return base.model_copy(update=update) if update else base
+    parsed = {k: _parsed(v) for k, v in arguments.items()}
+    update["tool_calls"] = [
+        {**c, "args": parsed[str(c.get("id"))]} if c.get("id") in parsed else c
+        for c in base.tool_calls
+    ]
+    raw = base.additional_kwargs.get("tool_calls")
+    if isinstance(raw, list):
+        update["additional_kwargs"] = {
+            **base.additional_kwargs,
+            "tool_calls": [_raw_call(c, arguments) for c in raw],
+        }
+    blocks = update.get("content", base.content)
+    if isinstance(blocks, list):
+        update["content"] = [_call_block(b, arguments, parsed) for b in blocks]
+    return base.model_copy(update=update)
+
+
+def _parsed(arguments: str) -> Any:
+    """Reduced arguments as LangChain's `args` (a JSON object; other text as it is)."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {"input": arguments}
+    return value if isinstance(value, dict) else {"input": value}
+
+
+def _raw_call(call: object, arguments: Mapping[str, str]) -> object:
+    """An OpenAI-style raw tool call with its reduced arguments."""
+    if not isinstance(call, Mapping) or call.get("id") not in arguments:
+        return call
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        return call
+    return {**call, "function": {**function, "arguments": arguments[str(call["id"])]}}
+
+
+def _call_block(block: object, arguments: Mapping[str, str], parsed: Mapping[str, Any]) -> object:
+    """A provider content block of a tool call with its reduced arguments."""
+    if not isinstance(block, Mapping):
+        return block
+    kind = block.get("type")
+    if kind == "tool_use" and block.get("id") in parsed:  # Anthropic
+        return {**block, "input": parsed[str(block["id"])]}
+    if kind == "tool_call" and block.get("id") in parsed:  # LangChain standard blocks
+        return {**block, "args": parsed[str(block["id"])]}
+    if kind == "function_call" and block.get("call_id") in arguments:  # OpenAI Responses
+        return {**block, "arguments": arguments[str(block["call_id"])]}
+    return block
 
 
 _SCHEMA_MEMO: OrderedDict[int, tuple[object, dict[str, Any]]] = OrderedDict()

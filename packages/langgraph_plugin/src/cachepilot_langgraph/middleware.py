@@ -58,6 +58,7 @@ from cachepilot.metrics import Metrics, call_metrics, langsmith_metadata
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.usage import Usage
 from cachepilot_langgraph._shared import current_config, export, sync_state, use_graph_store
+from cachepilot_langgraph.cache_marks import is_anthropic_model, mark_request, uses_breakpoints
 from cachepilot_langgraph.convert import (
     MessageConverter,
     ordered,
@@ -233,6 +234,22 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
             else [t for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
         )
         overrides["tools"] = ordered(tools, names)
+        if is_anthropic_model(request.model) and uses_breakpoints(self.pilot):
+            # Marks go on copies in the request only (never into graph state).
+            marked = mark_request(
+                self.pilot,
+                thread,
+                system_text=out_system,
+                view=view,
+                schemas=out_tools,
+                system=overrides.get("system_message", request.system_message),
+                messages=sent,
+                tools=overrides["tools"],
+                options=request.model_settings,
+            )
+            sent[:] = marked.messages
+            if marked.system is not overrides.get("system_message", request.system_message):
+                overrides["system_message"] = marked.system
         return Prepared(
             request.override(**overrides),
             thread,
@@ -346,7 +363,11 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
 
     def _emergency(self, prepared: Prepared) -> bool:
         folded = self.pilot.emergency_fold(
-            prepared.system, prepared.core, prepared.thread, prepared.schemas
+            prepared.system,
+            prepared.core,
+            prepared.thread,
+            prepared.schemas,
+            recall=prepared.recall,
         )
         if folded:
             logger.warning(

@@ -34,13 +34,14 @@ from cachepilot.messages import Message
 from cachepilot_langgraph._shared import (
     current_store,
     link_of,
+    run_thread,
     state_update,
     sync_state,
     use_graph_store,
 )
 from cachepilot_langgraph.convert import MessageConverter, tool_schema
 from cachepilot_langgraph.persist import persisted_edits
-from cachepilot_langgraph.state import PILOT_STATE_KEY, thread_of
+from cachepilot_langgraph.state import PILOT_STATE_KEY
 
 __all__ = ["CachePilotNode", "SystemPrompt", "ToolLike", "tool_schemas"]
 
@@ -139,7 +140,7 @@ class CachePilotNode(Runnable[Any, dict[str, Any]]):
     def _inputs(
         self, state: object, config: RunnableConfig
     ) -> tuple[str, list[BaseMessage], list[Message], str | None, int]:
-        thread = thread_of(config, self.namespace)
+        thread = run_thread(self.pilot, config, self.namespace)
         if self._use_graph_store:
             use_graph_store(self.pilot, current_store())
         sync_state(self.pilot, thread, _field(state, PILOT_STATE_KEY))

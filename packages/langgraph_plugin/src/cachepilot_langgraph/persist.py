@@ -58,7 +58,10 @@ def persisted_edits(
                 logger.debug("message without id: its edit cannot be persisted")
                 continue
             edited = to_langchain(view_msg, converter, {base.id: base})
-            if edited is not base and edited.content != base.content:
+            if edited is not base and (
+                edited.content != base.content
+                or getattr(edited, "tool_calls", None) != getattr(base, "tool_calls", None)
+            ):
                 out.append(edited)
             continue
         # A fold: the summary takes the first folded message's id (and so its place); the

@@ -39,9 +39,13 @@ def _max_chars(value: object) -> int:
 
 
 def recall_thread(
-    config: RunnableConfig | None, state: object, namespace: str | None = None
+    config: RunnableConfig | None,
+    state: object,
+    namespace: str | None = None,
+    pilot: CachePilot | None = None,
 ) -> str:
-    """The thread a recall reads: the run's `thread_id`, else the run's own scope.
+    """The thread a recall reads: the run's `thread_id`, else the run's own scope (kept in
+    graph state by the middleware, or the hand-built graph's run scope of `pilot`).
 
     A run with neither (nothing was archived for it) gets a fresh, empty scope: it can never
     read another run's data.
@@ -53,6 +57,12 @@ def recall_thread(
         scope = state.get(SCOPE_KEY)
         if isinstance(scope, str) and scope:
             return scope
+    if pilot is not None:
+        from cachepilot_langgraph._shared import link_of
+
+        found = link_of(pilot).scopes.resolve(config, namespace, create=False)
+        if found is not None:
+            return found
     return scoped(f"run-{uuid.uuid4().hex}", namespace)
 
 
@@ -71,7 +81,7 @@ def make_recall_tool(pilot: CachePilot, *, namespace: str | None = None) -> Base
         runtime: ToolRuntime | None = None,
     ) -> str:
         state = runtime.state if runtime is not None else None
-        thread = recall_thread(_config(), state, namespace)
+        thread = recall_thread(_config(), state, namespace, pilot)
         return pilot.recall(str(ref), lines, grep, _max_chars(max_chars), thread=thread)
 
     async def arun(
@@ -82,7 +92,7 @@ def make_recall_tool(pilot: CachePilot, *, namespace: str | None = None) -> Base
         runtime: ToolRuntime | None = None,
     ) -> str:
         state = runtime.state if runtime is not None else None
-        thread = recall_thread(_config(), state, namespace)
+        thread = recall_thread(_config(), state, namespace, pilot)
         return await pilot.arecall(str(ref), lines, grep, _max_chars(max_chars), thread=thread)
 
     return StructuredTool(

@@ -11,9 +11,11 @@ reduced once, its original archived (`recall` serves it), then merged exactly as
 `add_messages` merges.
 
 **Which thread.** A reducer gets no config. The thread of a result is, in order: the thread
-in which a cachepilot component (model wrapper, maintenance node, tool node) saw the tool
-call it answers; else the LangGraph `thread_id` of the running context, when there is one;
-else the reducer's `thread` argument (default `"default"`), with a warning the first time.
+(or the run's own scope, for a run without a `thread_id`) in which a cachepilot component
+(model wrapper, maintenance node, tool node) saw the tool call it answers; else the thread of
+the running context, when there is one; else the reducer's `thread` argument when one was
+given. A result of no known thread is merged as it came (with a warning the first time):
+never ingested into a thread another run could read.
 
 **Idempotent.** Only messages new to the state are looked at (a same-id replacement, such as
 a maintenance stub, is not); a result whose tool call already has a result in state is not
@@ -41,6 +43,7 @@ from cachepilot_langgraph._shared import (
     tool_output,
     with_content,
 )
+from cachepilot_langgraph.state import scoped, thread_of
 
 __all__ = ["cachepilot_messages"]
 
@@ -60,40 +63,42 @@ def _calls(messages: Sequence[object]) -> dict[str, tuple[str, Any]]:
 
 
 def cachepilot_messages(
-    pilot: CachePilot, *, namespace: str | None = None, thread: str = "default"
+    pilot: CachePilot, *, namespace: str | None = None, thread: str | None = None
 ) -> MessagesReducer:
     """A messages reducer (`add_messages` semantics) that reduces new tool results.
 
     Args:
         pilot: the pilot shared with the graph's other cachepilot components.
         namespace: prefix of the cachepilot thread (as given to the other components).
-        thread: the thread used when no other source names one (see the module docstring).
+        thread: a fixed thread for results of no known thread (see the module docstring);
+            only for a graph that serves one conversation.
 
     Raises:
         ValueError: on a pilot that is not a `CachePilot` or an empty thread.
     """
     if not isinstance(pilot, CachePilot):
         raise ValueError(f"pilot must be a CachePilot, not {type(pilot).__name__}")
-    if not isinstance(thread, str) or not thread:
-        raise ValueError("thread must be a non-empty str")
+    if thread is not None and (not isinstance(thread, str) or not thread):
+        raise ValueError("thread must be a non-empty str or None")
     link = link_of(pilot)
-    fallback = f"{namespace}:{thread}" if namespace else thread
+    fallback = scoped(thread, namespace) if thread is not None else None
 
-    def thread_for(call_id: str) -> str:
+    def thread_for(call_id: str) -> str | None:
         found = link.thread_of_call(call_id)
         if found is not None:
             return found
         config = current_config()
-        configurable = (config or {}).get("configurable") or {}
-        if configurable.get("thread_id") is not None:
-            base = str(configurable["thread_id"])
-            return f"{namespace}:{base}" if namespace else base
-        link.warn_once(
-            f"reducer-thread:{fallback}",
-            "cachepilot_messages: the thread of a tool result is unknown (no cachepilot "
-            "component saw its call); ingesting into thread %r",
-            fallback,
-        )
+        current = thread_of(config, namespace)
+        if current is None:
+            current = link.scopes.resolve(config, namespace, create=False)
+        if current is not None:
+            return current
+        if fallback is None:
+            link.warn_once(
+                "reducer-thread",
+                "cachepilot_messages: the thread of a tool result is unknown (no cachepilot "
+                "component saw its call); it is kept as it came",
+            )
         return fallback
 
     def reduce(left: Messages, right: Messages) -> Messages:
@@ -121,8 +126,11 @@ def cachepilot_messages(
                 out[index] = mark_ingested(message)
                 continue
             call_id = str(message.tool_call_id)
+            target = thread_for(call_id)
+            if target is None:
+                continue
             try:
-                text = pilot.ingest(name, args, tool_output(message), call_id, thread_for(call_id))
+                text = pilot.ingest(name, args, tool_output(message), call_id, target)
             except Exception:  # the run goes on with the message as it came
                 logger.warning(
                     "cachepilot_messages: ingestion failed for %s", call_id, exc_info=True

@@ -72,16 +72,12 @@ def scoped(thread: str, namespace: str | None = None) -> str:
     return f"{namespace}:{thread}" if namespace else thread
 
 
-def thread_of(config: RunnableConfig | None, namespace: str | None = None) -> str:
-    """The cachepilot thread of a run: the LangGraph `thread_id` (else "default"), prefixed
-    by `namespace` when several agents share one pilot and one thread id."""
-    thread = "default"
-    if config:
-        configurable = config.get("configurable") or {}
-        found = configurable.get("thread_id")
-        if found is not None and str(found):
-            thread = str(found)
-    return f"{namespace}:{thread}" if namespace else thread
+def thread_of(config: RunnableConfig | None, namespace: str | None = None) -> str | None:
+    """The cachepilot thread of a run with a LangGraph `thread_id` (prefixed by `namespace`
+    when several agents share one pilot and one thread id); None for a run without one, which
+    must get a scope of its own (never a shared one)."""
+    thread = configured_thread(config)
+    return scoped(thread, namespace) if thread is not None else None
 
 
 def sync_pilot_state(pilot: CachePilot, thread: str, persisted: object) -> None:

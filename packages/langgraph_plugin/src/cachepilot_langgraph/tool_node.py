@@ -29,6 +29,7 @@ from cachepilot.recall import RECALL_TOOL_DESCRIPTION, RECALL_TOOL_NAME
 from cachepilot_langgraph._shared import (
     link_of,
     mark_ingested,
+    run_thread,
     state_update,
     sync_state,
     tool_output,
@@ -36,7 +37,7 @@ from cachepilot_langgraph._shared import (
     with_content,
 )
 from cachepilot_langgraph.recall_tool import make_recall_tool
-from cachepilot_langgraph.state import PILOT_STATE_KEY, thread_of
+from cachepilot_langgraph.state import PILOT_STATE_KEY
 
 __all__ = ["CachePilotToolWrapper", "cachepilot_tool_node"]
 
@@ -83,7 +84,7 @@ class CachePilotToolWrapper:
     def _thread(self, request: ToolCallRequest) -> str:
         runtime = request.runtime
         config = getattr(runtime, "config", None) if runtime is not None else None
-        thread = thread_of(config, self.namespace)
+        thread = run_thread(self.pilot, config, self.namespace)
         if self._use_graph_store and runtime is not None:
             use_graph_store(self.pilot, getattr(runtime, "store", None))
         state = request.state

@@ -18,8 +18,10 @@ Every message gets a stable id (`Message.id`), derived from the items' own ids a
 `Transcript.render` maps the pilot's view back: a message the pilot returned unchanged gives
 back the very same item dicts it came from (a byte-identical prefix); an edited tool result
 replaces only its item's `output`; a canonicalized user or system message replaces only its
-`content`; a folded range becomes one user message item, followed by the pass-through items
-the range held (they are never dropped).
+`content`; an assistant turn whose tool-call arguments were reduced replaces only the
+`arguments` of the matching `function_call` items (same `call_id`, so pairing holds); a
+folded range becomes one user message item, followed by the pass-through items the range held
+(they are never dropped).
 """
 
 from __future__ import annotations
@@ -232,6 +234,12 @@ class Transcript:
 def _edited_items(segment: Segment, message: Message) -> list[Any]:
     """The segment's items with the edited message's content put back in place."""
     original = segment.message
+    if segment.kind == "assistant" and original is not None:
+        edited = _arguments_back(segment, original, message)
+        if edited is not None:
+            return edited
+        logger.warning("an edit of a %s message was not applied to its items", segment.kind)
+        return list(segment.items)
     if original is None or len(segment.items) != 1 or not isinstance(segment.items[0], Mapping):
         # Only single-item messages (tool results, user and system messages) are ever edited;
         # anything else is sent as it came.
@@ -246,6 +254,28 @@ def _edited_items(segment: Segment, message: Message) -> list[Any]:
         logger.warning("an edit of a %s message was not applied to its items", segment.kind)
         return list(segment.items)
     return [item]
+
+
+def _arguments_back(segment: Segment, original: Message, edited: Message) -> list[Any] | None:
+    """An assistant turn's items with the reduced tool-call arguments of `edited` set on its
+    `function_call` items; None when the edit changed anything else (text, reasoning, which
+    calls there are), which the plan never does."""
+    same_calls = [(c.id, c.name) for c in original.tool_calls] == [
+        (c.id, c.name) for c in edited.tool_calls
+    ]
+    if not same_calls or original.content != edited.content:
+        return None
+    changed = {
+        new.id: new.arguments
+        for old, new in zip(original.tool_calls, edited.tool_calls, strict=True)
+        if new.arguments != old.arguments
+    }
+    return [
+        {**item, "arguments": changed[str(item["call_id"])]}
+        if item_kind(item) == "call" and str(item["call_id"]) in changed
+        else item
+        for item in segment.items
+    ]
 
 
 def _content_back(raw: object, original: Message, edited: Message) -> object:

@@ -14,6 +14,7 @@ Steps, each deterministic, so the same history and state give the same bytes in 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import weakref
 from collections.abc import Callable, Sequence
@@ -161,7 +162,9 @@ async def _after_emergency_fold(  # noqa: PLR0917 - one private call site
 ) -> tuple[str | None, list[Any]] | None:
     """Fold hard, persist, and render the call again (None when nothing could be folded)."""
     pilot = owner.pilot
-    folded = await asyncio.to_thread(pilot.emergency_fold, instructions, reduced, thread, tools)
+    folded = await asyncio.to_thread(
+        functools.partial(pilot.emergency_fold, recall=recall), instructions, reduced, thread, tools
+    )
     if not folded:
         return None
     await owner.save_state(thread)

@@ -68,6 +68,7 @@ def _prepare(
     guideline: str | None,
     mode: FoldMode | None,
     keep_from: str | None = None,
+    recall: bool = True,
 ) -> _Prepared | None:
     if summary_tokens < 1 or min_tokens < 0:
         raise ValueError("need summary_tokens >= 1 and min_tokens >= 0")
@@ -127,7 +128,8 @@ def _prepare(
         budget_tokens=summary_tokens,
         source_messages=_source_range(messages, keys, key, end_key),
     )
-    return _Prepared(key, end_key, ref, fold_header(len(new), tokens, ref), request)
+    header = fold_header(len(new), tokens, ref, recall=recall)
+    return _Prepared(key, end_key, ref, header, request)
 
 
 def _source_range(
@@ -191,6 +193,7 @@ def plan_fold(
     guideline: str | None = None,
     mode: FoldMode | None = None,
     keep_from: str | None = None,
+    recall: bool = True,
 ) -> Edit | None:
     """Plan one fold of the view `render_plan(messages, plan, keys)`: archive, summarize, edit.
 
@@ -221,6 +224,8 @@ def plan_fold(
         keep_from: transcript key of the first message to keep: the fold ends right before
             it instead of before the protected tail (a finished task's end); no fold when
             that is not a safe cut.
+        recall: the model is offered the recall tool (else the header names no recall call
+            and says the full text was elided; the range is archived all the same).
 
     Returns:
         The fold edit to append in a new epoch, or None when there is nothing to fold.
@@ -243,6 +248,7 @@ def plan_fold(
         guideline=guideline,
         mode=mode,
         keep_from=keep_from,
+        recall=recall,
     )
     if prepared is None:
         return None
@@ -277,6 +283,7 @@ async def aplan_fold(
     guideline: str | None = None,
     mode: FoldMode | None = None,
     keep_from: str | None = None,
+    recall: bool = True,
 ) -> Edit | None:
     """Async `plan_fold` (the summarizer is awaited via `asummarize`)."""
     counter = counter or get_counter()
@@ -297,6 +304,7 @@ async def aplan_fold(
         guideline=guideline,
         mode=mode,
         keep_from=keep_from,
+        recall=recall,
     )
     if prepared is None:
         return None
@@ -325,6 +333,7 @@ def emergency_fold(
     epoch_index: int = 0,
     plan: Plan | None = None,
     summary_tokens: int = 800,
+    recall: bool = True,
 ) -> Edit | None:
     """A fold after a provider context-length error: small protected tail, any range size.
 
@@ -344,6 +353,7 @@ def emergency_fold(
         min_messages=1,
         min_tokens=0,
         mode="standalone",
+        recall=recall,
     )
 
 
@@ -359,6 +369,7 @@ async def aemergency_fold(
     epoch_index: int = 0,
     plan: Plan | None = None,
     summary_tokens: int = 800,
+    recall: bool = True,
 ) -> Edit | None:
     """Async `emergency_fold`."""
     return await aplan_fold(
@@ -375,4 +386,5 @@ async def aemergency_fold(
         min_messages=1,
         min_tokens=0,
         mode="standalone",
+        recall=recall,
     )

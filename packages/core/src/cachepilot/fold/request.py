@@ -9,6 +9,7 @@ from typing import Any, Literal, TypeAlias
 
 from cachepilot.messages import ImagePart, Message, TextPart
 from cachepilot.plan import FOLD_ID_PREFIX
+from cachepilot.reduce.stubs import pointer
 
 __all__ = [
     "DEFAULT_GUIDELINE",
@@ -67,11 +68,12 @@ _MAX_MESSAGE_CHARS = 4_000
 _MAX_PROMPT_CHARS = 200_000
 
 
-def fold_header(messages: int, tokens: int, ref: str) -> str:
-    """The first line of a fold summary: what was folded and how to get it back."""
+def fold_header(messages: int, tokens: int, ref: str, *, recall: bool = True) -> str:
+    """The first line of a fold summary: what was folded and how to get it back (without
+    `recall`, the model has no recall tool: the header says the full text was elided)."""
     return (
         f"{FOLD_HEADER_PREFIX} {messages:,} messages, {tokens:,} tokens; "
-        f'full text: recall(ref="{ref}")]'
+        f"{pointer(ref if recall else None)}]"
     )
 
 

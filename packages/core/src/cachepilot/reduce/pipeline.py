@@ -126,6 +126,7 @@ class Pipeline:
         *,
         compressed: str | None = None,
         memory_lock: contextlib.AbstractContextManager[Any] | None = None,
+        recall: bool = True,
     ) -> Reduction:
         """Reduce one tool result and record it in `memory`. Total: never raises.
 
@@ -142,6 +143,8 @@ class Pipeline:
             memory_lock: held while `memory` is read and while it is updated, not while the
                 passes run (they work on this call's text only), so a long output never keeps
                 other callers of the lock waiting.
+            recall: the model is offered the recall tool; without it stubs say what was
+                elided and name no recall call (the original is archived all the same).
         """
         try:
             normalized = result if isinstance(result, ToolResult) else normalize_output(result)
@@ -152,6 +155,7 @@ class Pipeline:
                 str(tool_name), args, "" if call_id is None else str(call_id), normalized,
                 memory if memory is not None else IngestMemory(), compressed=compressed,
                 memory_lock=memory_lock if memory_lock is not None else contextlib.nullcontext(),
+                recall=recall,
             )  # fmt: skip
         except Exception as exc:
             self._warn("pipeline", exc)
@@ -167,6 +171,7 @@ class Pipeline:
         *,
         compressed: str | None,
         memory_lock: contextlib.AbstractContextManager[Any],
+        recall: bool = True,
     ) -> Reduction:
         config = self.config
         args = coerce_args(raw_args)
@@ -200,11 +205,12 @@ class Pipeline:
             loop_same_output=same_output,
             loop_last_call=last_call,
             gate_open=gate_open,
+            recall=recall,
         )
         steps: list[StepReport] = []
         text = self._apply_passes(result.text, ctx, steps, compressed)
         if not text:
-            text = NO_OUTPUT if not result.text else blank_stub(ref)
+            text = NO_OUTPUT if not result.text else blank_stub(ctx.shown_ref)
         text = _redacted(text, result.text, steps)
         lossy = result.kind != "empty" and (text != result.text or not result.exact)
         try:
@@ -280,7 +286,7 @@ class Pipeline:
         if any(s.pass_name in _POINTERS for s in steps):
             return text
         body = compressed.strip()
-        out = f"{body}\n{compressed_note(len(ctx.result.text), len(body), ctx.ref)}"
+        out = f"{body}\n{compressed_note(len(ctx.result.text), len(body), ctx.shown_ref)}"
         if len(out) >= len(text):
             return text
         steps.append(StepReport(COMPRESS_STEP, False, len(text), len(out)))

@@ -2,6 +2,8 @@
 
 Stubs are deterministic (no time, randomness or machine paths), short (each fits in
 `STUB_OVERHEAD`), and name the ref plus the `recall(ref="…")` call that returns the original.
+When the model is offered no recall tool, the stubs get `ref=None` and say what was elided
+instead (sizes, call ids and previews stay): a model never reads a call it cannot make.
 The size-gate stub is a contract other modules parse (`REDUCED_STUB_RE`).
 """
 
@@ -23,6 +25,7 @@ __all__ = [
     "loop_note",
     "loop_stub",
     "omitted_lines_marker",
+    "pointer",
     "recall_call",
     "reduced_stub",
     "repeat_marker",
@@ -57,9 +60,15 @@ def recall_call(ref: str) -> str:
     return f'recall(ref="{ref}")'
 
 
-def reduced_stub(before: int, after: int, ref: str) -> str:
+def pointer(ref: str | None, what: str = "full text") -> str:
+    """Where the original went: `full text: recall(ref="…")`, or `full text elided` when no
+    recall tool is offered (`ref` None)."""
+    return f"{what}: {recall_call(ref)}" if ref is not None else f"{what} elided"
+
+
+def reduced_stub(before: int, after: int, ref: str | None) -> str:
     """`[output reduced 48,213 → 1,020 chars; full text: recall(ref="9f2c41d07a1b")]`."""
-    return f"[output reduced {before:,} → {after:,} chars; full text: {recall_call(ref)}]"
+    return f"[output reduced {before:,} → {after:,} chars; {pointer(ref)}]"
 
 
 def unarchived_stub(before: int, after: int) -> str:
@@ -70,12 +79,9 @@ def unarchived_stub(before: int, after: int) -> str:
     )
 
 
-def compressed_note(before: int, after: int, ref: str) -> str:
+def compressed_note(before: int, after: int, ref: str | None) -> str:
     """Line after a model-compressed output: sizes and the recall call of the original."""
-    return (
-        f"[output compressed by a model {before:,} → {after:,} chars; "
-        f"full text: {recall_call(ref)}]"
-    )
+    return f"[output compressed by a model {before:,} → {after:,} chars; {pointer(ref)}]"
 
 
 def omitted_lines_marker(first: int, last: int, total: int) -> str:
@@ -83,24 +89,24 @@ def omitted_lines_marker(first: int, last: int, total: int) -> str:
     return f"[… lines {first}-{last} of {total} omitted …]"
 
 
-def duplicate_stub(call_id: str, ref: str) -> str:
+def duplicate_stub(call_id: str, ref: str | None) -> str:
     """Pointer to an earlier result with the same content."""
-    return f"[same output as call {clean_label(call_id)} above; full text: {recall_call(ref)}]"
+    return f"[same output as call {clean_label(call_id)} above; {pointer(ref)}]"
 
 
-def unchanged_read_stub(call_id: str, ref: str) -> str:
+def unchanged_read_stub(call_id: str, ref: str | None) -> str:
     """Pointer to the earlier read of a file whose content did not change."""
     return (
         f"[file unchanged since call {clean_label(call_id)}: same content as that read; "
-        f"full text: {recall_call(ref)}]"
+        f"{pointer(ref)}]"
     )
 
 
-def loop_stub(run: int, call_id: str, ref: str) -> str:
+def loop_stub(run: int, call_id: str, ref: str | None) -> str:
     """Stub for the n-th identical call in a row returning the same output again."""
     return (
         f"[identical call #{run} in a row, same output as call {clean_label(call_id)}; "
-        f"try a different approach; full text: {recall_call(ref)}]"
+        f"try a different approach; {pointer(ref)}]"
     )
 
 
@@ -110,30 +116,31 @@ def loop_note(run: int, tool_name: str, same_output: bool) -> str:
     return f"[note: identical {clean_label(tool_name)} call #{run} in a row; {outcome}]"
 
 
-def binary_stub(size: int, media_type: str, ref: str) -> str:
+def binary_stub(size: int, media_type: str, ref: str | None) -> str:
     """Stub replacing a binary payload."""
     return (
         f"[binary output not shown: {size:,} bytes, {clean_label(media_type)}; "
-        f"full payload: {recall_call(ref)}]"
+        f"{pointer(ref, 'full payload')}]"
     )
 
 
-def image_stub(size: int, media_type: str, limit: int, ref: str) -> str:
+def image_stub(size: int, media_type: str, limit: int, ref: str | None) -> str:
     """Stub replacing an image over the size limit that could not be downsampled."""
     return (
         f"[image not shown: {clean_label(media_type)}, {size:,} bytes (limit {limit:,}); "
-        f"full image: {recall_call(ref)}]"
+        f"{pointer(ref, 'full image')}]"
     )
 
 
-def invalid_utf8_note(ref: str) -> str:
+def invalid_utf8_note(ref: str | None) -> str:
     """Note appended to output that was not valid UTF-8."""
-    return f"[note: output was not valid UTF-8 (shown with �); original bytes: {recall_call(ref)}]"
+    return f"[note: output was not valid UTF-8 (shown with �); {pointer(ref, 'original bytes')}]"
 
 
-def blank_stub(ref: str) -> str:
+def blank_stub(ref: str | None) -> str:
     """What the model sees when the output was whitespace or control characters only."""
-    return f"[output was blank (whitespace or control characters only); {recall_call(ref)}]"
+    where = recall_call(ref) if ref is not None else "original elided"
+    return f"[output was blank (whitespace or control characters only); {where}]"
 
 
 def line_numbers_marker(first: int, last: int) -> str:

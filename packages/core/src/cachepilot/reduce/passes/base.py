@@ -55,6 +55,13 @@ class PassContext:
     """Call id of the previous call of the run."""
     gate_open: bool
     """The source was recalled often enough: lossy passes are skipped (not the hard cap)."""
+    recall: bool = True
+    """The model is offered the recall tool (else stubs name no recall call)."""
+
+    @property
+    def shown_ref(self) -> str | None:
+        """The ref a stub names: `ref` when the model can recall it, else None."""
+        return self.ref if self.recall else None
 
     @property
     def first_read(self) -> bool:

@@ -6,7 +6,7 @@ import json
 
 from cachepilot.reduce.images import DATA_URL, map_image_payloads
 from cachepilot.reduce.passes.base import PassContext, ReductionPass
-from cachepilot.reduce.stubs import clean_label, recall_call
+from cachepilot.reduce.stubs import clean_label, pointer
 
 __all__ = ["ImageBlocksPass"]
 
@@ -14,14 +14,14 @@ _TEXT_PAYLOAD_MIN = 1_000
 """Inside text, an image payload longer than this is replaced by a marker."""
 
 
-def _marker(payload: str, media: str | None, is_url: bool, ref: str) -> str:
+def _marker(payload: str, media: str | None, is_url: bool, ref: str | None) -> str:
     kind = media
     if is_url:
         match = DATA_URL.match(payload)
         kind = match.group(1) if match is not None else kind
     return (
         f"[{clean_label(kind or 'image')} image, {len(payload):,} chars of base64 not shown "
-        f"as text; full output: {recall_call(ref)}]"
+        f"as text; {pointer(ref, 'full output')}]"
     )
 
 
@@ -43,7 +43,7 @@ class ImageBlocksPass(ReductionPass):
             value = json.loads(text)
         except (ValueError, RecursionError):
             return None
-        ref = ctx.ref
+        ref = ctx.shown_ref
 
         def mark(payload: str, media: str | None, is_url: bool) -> tuple[str, str | None] | None:
             if len(payload) <= _TEXT_PAYLOAD_MIN:

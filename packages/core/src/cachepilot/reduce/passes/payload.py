@@ -72,7 +72,9 @@ class BinaryPass(ReductionPass):
 
     def apply(self, text: str, ctx: PassContext) -> str | None:
         result = ctx.result
-        return binary_stub(result.size, result.media_type or "application/octet-stream", ctx.ref)
+        return binary_stub(
+            result.size, result.media_type or "application/octet-stream", ctx.shown_ref
+        )
 
 
 class ImagePass(ReductionPass):
@@ -101,7 +103,7 @@ class ImagePass(ReductionPass):
         if shrunk is not None:
             return f"data:{shrunk[0]};base64," + base64.b64encode(shrunk[1]).decode("ascii")
         size = len(data) if data is not None else ctx.result.size
-        return image_stub(size, media_type, limit, ctx.ref)
+        return image_stub(size, media_type, limit, ctx.shown_ref)
 
 
 class InvalidUtf8Pass(ReductionPass):
@@ -113,5 +115,5 @@ class InvalidUtf8Pass(ReductionPass):
     kinds = frozenset({"invalid_utf8"})
 
     def apply(self, text: str, ctx: PassContext) -> str | None:
-        note = invalid_utf8_note(ctx.ref)
+        note = invalid_utf8_note(ctx.shown_ref)
         return f"{text}\n{note}" if text else note

@@ -27,7 +27,7 @@ class LoopStubPass(ReductionPass):
     def apply(self, text: str, ctx: PassContext) -> str | None:
         if ctx.loop_run < ctx.config.loop_stub_after or not ctx.loop_same_output:
             return None
-        return loop_stub(ctx.loop_run, ctx.loop_last_call or "?", ctx.ref)
+        return loop_stub(ctx.loop_run, ctx.loop_last_call or "?", ctx.shown_ref)
 
 
 class SupersededReadPass(ReductionPass):
@@ -40,7 +40,7 @@ class SupersededReadPass(ReductionPass):
     def apply(self, text: str, ctx: PassContext) -> str | None:
         if ctx.previous_read_ref != ctx.ref or ctx.previous_read_call in {None, ctx.call_id}:
             return None
-        stub = unchanged_read_stub(ctx.previous_read_call or "?", ctx.ref)
+        stub = unchanged_read_stub(ctx.previous_read_call or "?", ctx.shown_ref)
         return stub if _worth_it(stub, text) else None
 
 
@@ -56,7 +56,7 @@ class DuplicatePass(ReductionPass):
         earlier = ctx.first_seen_call
         if earlier is None or earlier == ctx.call_id:
             return None
-        stub = duplicate_stub(earlier, ctx.ref)
+        stub = duplicate_stub(earlier, ctx.shown_ref)
         return stub if _worth_it(stub, text) else None
 
 

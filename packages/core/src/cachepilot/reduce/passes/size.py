@@ -27,7 +27,7 @@ def head_tail_preview(
     text: str,
     head_chars: int,
     tail_chars: int,
-    ref: str,
+    ref: str | None,
     *,
     original_chars: int,
     line_numbers: bool = True,
@@ -93,7 +93,7 @@ class SizeGatePass(ReductionPass):
         if len(text) <= profile.limit or ctx.first_read:
             return None
         return head_tail_preview(
-            text, profile.head_chars, profile.tail_chars, ctx.ref,
+            text, profile.head_chars, profile.tail_chars, ctx.shown_ref,
             original_chars=len(ctx.result.text),
             line_numbers=text is ctx.result.text or text == ctx.result.text,
         )  # fmt: skip
@@ -114,7 +114,7 @@ class HardCapPass(ReductionPass):
             return None
         tail = ctx.profile.tail_chars
         return head_tail_preview(
-            text, cap - tail - 2 * STUB_OVERHEAD, tail, ctx.ref,
+            text, cap - tail - 2 * STUB_OVERHEAD, tail, ctx.shown_ref,
             original_chars=len(ctx.result.text),
             line_numbers=text is ctx.result.text or text == ctx.result.text,
         )  # fmt: skip

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 
 from cachepilot.reduce.passes.base import PassContext, ReductionPass
-from cachepilot.reduce.stubs import recall_call
+from cachepilot.reduce.stubs import pointer
 
 __all__ = ["SvgPass", "is_svg", "svg_summary"]
 
@@ -40,7 +40,7 @@ def is_svg(text: str) -> bool:
     return head[start : start + 4].lower() == "<svg"
 
 
-def svg_summary(text: str, ref: str) -> str:
+def svg_summary(text: str, ref: str | None) -> str:
     """The one-block summary of an SVG document naming `recall(ref=…)` of the markup."""
     parts = [f"[SVG image, {len(text):,} chars of markup"]
     root = _ROOT.search(text, 0, _HEAD + 4_000)
@@ -67,7 +67,7 @@ def svg_summary(text: str, ref: str) -> str:
             break
     if labels:
         parts.append("text " + ", ".join(labels))
-    return "; ".join(parts) + f"; full markup: {recall_call(ref)}]"
+    return "; ".join(parts) + f"; {pointer(ref, 'full markup')}]"
 
 
 class SvgPass(ReductionPass):
@@ -80,4 +80,4 @@ class SvgPass(ReductionPass):
     def apply(self, text: str, ctx: PassContext) -> str | None:
         if len(text) <= ctx.profile.limit or not is_svg(text):
             return None
-        return svg_summary(text, ctx.ref)
+        return svg_summary(text, ctx.shown_ref)
