@@ -5,10 +5,10 @@ Loaded with `-p inject_agents` into the Agents SDK's own tests. It wraps `AgentR
 every outermost run is made as the plugin's README tells a user to make it:
 
 - the starting agent is `cp.wrap(agent)`;
-- `run_config=cp.run_config(base)`, merged with the test's own run config;
-- `hooks=cp.hooks_with(hooks)` (or `cp.hooks`);
-- `session=cp.session(session)` when the test passes a session (a run without one gets none:
-  adding a session would carry history between the test's runs).
+- `run_config=cp.run_config(base, session=session)`: the test's own run config (a `RunConfig`
+  or its dictionary form) and session, the session itself passed to the SDK unchanged (a run
+  without one gets none: adding a session would carry history between the test's runs);
+- `hooks=cp.hooks_with(hooks)` (or `cp.hooks`).
 
 Nested runs (an agent used as a tool runs its own `Runner.run` inside a tool call) are left to
 the SDK: a user cannot reach them either. Input the SDK itself rejects (a run config of the
@@ -60,27 +60,22 @@ def _inject(agent: Any, kwargs: dict[str, Any]) -> Any:
     cp = _current_plugin()
     if isinstance(agent, Agent):
         agent = cp.wrap(agent)
+    session = kwargs.get("session")
+    if session is not None and not all(
+        callable(getattr(session, name, None)) for name in ("get_items", "add_items")
+    ):
+        session = None  # not a session: the SDK reports it as usual
     base = kwargs.get("run_config")
-    if isinstance(base, dict):
-        from agents.run_config import _coerce_run_config
-
-        try:
-            base = _coerce_run_config(base)
-        except Exception:
+    if base is None or isinstance(base, (dict, RunConfig)):
+        try:  # the dictionary form is read as the SDK reads it (provider ownership too)
+            kwargs["run_config"] = cp.run_config(base, session=session)
+        except ValueError:
             return agent  # the SDK rejects it; let it say so
-    if base is None or isinstance(base, RunConfig):
-        kwargs["run_config"] = cp.run_config(base)
     hooks = kwargs.get("hooks")
     if hooks is None:
         kwargs["hooks"] = cp.hooks
     elif isinstance(hooks, RunHooksBase):
         kwargs["hooks"] = cp.hooks_with(hooks)
-    session = kwargs.get("session")
-    if session is not None and all(
-        callable(getattr(session, name, None))
-        for name in ("get_items", "add_items", "pop_item", "clear_session")
-    ):
-        kwargs["session"] = cp.session(session)
     return agent
 
 

@@ -17,6 +17,7 @@ from agents import (
     AgentHooks,
     RunConfig,
     RunHooks,
+    Runner,
     SQLiteSession,
     ToolGuardrailFunctionOutput,
     ToolOutputGuardrailTripwireTriggered,
@@ -346,6 +347,94 @@ def test_the_provider_a_run_creates_is_closed_once_per_run(
     assert counts(cp) == (2, 2)  # one provider per run, closed when the run ends
 
 
+class _EndlessCleanup(ScriptedModel):
+    """A model whose end-of-run cleanup never finishes on its own (only cancellation ends it)."""
+
+    def __init__(self, started: asyncio.Event) -> None:
+        super().__init__([[assistant_message("done")]])
+        self._started = started
+
+    async def _cleanup_on_run_end(self, owner: object) -> None:
+        self._started.set()
+        await asyncio.Event().wait()
+
+
+def test_a_cancelled_stream_is_not_held_by_closing_its_provider(
+    make_pilot: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consumer of a stream whose model cleanup hangs is cancelled: the run ends without
+    waiting for its provider to close, and the provider is still closed once."""
+
+    async def scenario(cp: CachePilotAgents | None) -> int:
+        cleanup_started, closing, release, closed = (asyncio.Event() for _ in range(4))
+        count: list[MultiProvider] = []
+
+        async def aclose(provider: MultiProvider) -> None:
+            closing.set()
+            await release.wait()
+            count.append(provider)
+            closed.set()
+
+        monkeypatch.setattr(MultiProvider, "aclose", aclose)
+        agent = Agent(name="a", model=_EndlessCleanup(cleanup_started))
+        if cp is None:
+            result = Runner.run_streamed(agent, "hi")
+        else:
+            result = Runner.run_streamed(cp.wrap(agent), "hi", run_config=cp.run_config())
+
+        async def consume() -> None:
+            async for _ in result.stream_events():
+                pass
+
+        consumer = asyncio.create_task(consume())
+        await asyncio.wait_for(cleanup_started.wait(), timeout=10)
+        consumer.cancel()
+        await asyncio.wait_for(closing.wait(), timeout=10)
+        # The run ends while its provider is still closing: that cleanup never holds it up.
+        task = result.run_loop_task
+        assert task is not None
+        done, _ = await asyncio.wait({task}, timeout=10)
+        assert task in done  # before the fix: held until the provider was closed
+        assert not closed.is_set()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(consumer, timeout=10)
+        await asyncio.wait_for(closed.wait(), timeout=10)
+        return len(count)
+
+    assert asyncio.run(scenario(None)) == 1
+    assert asyncio.run(scenario(CachePilotAgents(make_pilot()))) == 1
+
+
+class _UnformattableError(RuntimeError):
+    def __str__(self) -> str:
+        raise RuntimeError("format failed")
+
+
+@STREAMED
+def test_a_model_error_that_cannot_format_itself_reaches_the_caller_unchanged(
+    make_pilot: Any, streamed: bool
+) -> None:
+    """The context-length check reads the error's text: one whose `str()` raises is still the
+    error the caller gets, not the formatting failure."""
+
+    async def scenario(cp: CachePilotAgents | None) -> BaseException:
+        expected = _UnformattableError()
+
+        def respond(_call: Any) -> Any:
+            raise expected
+
+        agent = Agent(name="a", model=ScriptedModel([ModelStep.respond(respond)]))
+        try:
+            await run(agent, "hi", cp=cp, streamed=streamed)
+        except BaseException as exc:
+            return exc
+        raise AssertionError("the run did not fail")
+
+    assert isinstance(asyncio.run(scenario(None)), _UnformattableError)
+    assert isinstance(asyncio.run(scenario(CachePilotAgents(make_pilot()))), _UnformattableError)
+
+
 # --- 7. sessions ----------------------------------------------------------------------------------
 
 
@@ -521,3 +610,73 @@ def test_tool_output_trimmer_alongside(make_pilot: Any, streamed: bool, tmp_path
     plain, piloted, _ = both(scenario, make_pilot)
     assert plain.final_output == piloted.final_output == "t2"
     assert [dumps(i) for i in stored["plain"]] == [dumps(i) for i in stored["cp"]]
+
+
+# --- what the model reads stays the plain input where nothing is reduced ------------------
+
+
+@STREAMED
+def test_small_runs_send_the_plain_request(make_pilot: Any, streamed: bool) -> None:
+    @function_tool
+    def nothing() -> str:
+        """Return nothing."""
+        return ""
+
+    models: dict[str, ScriptedModel] = {}
+
+    async def scenario(cp: CachePilotAgents | None) -> Any:
+        helper = ScriptedModel([[assistant_message("plain")]])
+        model = ScriptedModel(
+            [
+                [function_call("nothing", {}, call_id="n1")],
+                [function_call("transfer_to_helper", {}, call_id="h1")],
+            ]
+        )
+        models["cp" if cp else "plain"] = helper
+        models["cp-main" if cp else "plain-main"] = model
+        helper_agent = Agent(name="helper", model=helper)
+        agent = Agent(name="a", tools=[nothing], handoffs=[helper_agent], model=model)
+        return await run(agent, "go", cp=cp, streamed=streamed)
+
+    plain, piloted, _ = both(scenario, make_pilot)
+    assert plain.final_output == piloted.final_output == "plain"
+    # An agent without function tools and nothing to recall: the plain tool list and input.
+    assert models["cp"].calls[0].tools == models["plain"].calls[0].tools == []
+    assert dumps(models["cp"].calls[0].input) == dumps(models["plain"].calls[0].input)
+    # An empty tool result stays empty.
+    main = models["cp-main"].calls[1].input
+    assert [i["output"] for i in main if i.get("type") == "function_call_output"] == [""]
+
+
+@STREAMED
+def test_a_compacting_session_reads_its_own_history(make_pilot: Any, streamed: bool) -> None:
+    from agents.memory import OpenAIResponsesCompactionSession
+
+    compacted: dict[str, int] = {}
+
+    class Compacting(OpenAIResponsesCompactionSession):
+        async def run_compaction(self, args: Any = None) -> None:
+            compacted[self.session_id] = compacted.get(self.session_id, 0) + 1
+
+    async def scenario(cp: CachePilotAgents | None) -> Any:
+        name = "cp" if cp else "plain"
+        session = Compacting(session_id=name, underlying_session=SQLiteSession(name))
+        model = ScriptedModel(
+            [[function_call("fetch", {}, call_id="f1")], [assistant_message("ok")]]
+        )
+        agent = Agent(name="a", tools=[fetch], model=model)
+        outcome = await run(agent, "go", cp=cp, streamed=streamed, session=session)
+        return outcome, model
+
+    (plain, plain_model), (piloted, model), _ = both(scenario, make_pilot)
+    assert plain.final_output == piloted.final_output == "ok"
+    assert compacted.get("cp") == compacted.get("plain")
+    assert [dumps(c.input) for c in model.calls] == [dumps(c.input) for c in plain_model.calls]
+
+
+def test_a_dictionary_run_config_is_read_as_the_sdk_reads_it(make_pilot: Any) -> None:
+    cp = CachePilotAgents(make_pilot())
+    config = cp.run_config({"workflow_name": "mine", "tracing_disabled": True})
+    assert config.workflow_name == "mine" and config.tracing_disabled
+    with pytest.raises(ValueError, match="Unknown"):
+        cp.run_config({"no_such_field": 1})

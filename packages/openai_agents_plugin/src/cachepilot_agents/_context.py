@@ -45,6 +45,8 @@ class SessionBinding:
     """When the session was last used (`next_stamp`)."""
     run: int | None
     """`id()` of the SDK run that used it (None when the SDK does not say)."""
+    compacting: bool = False
+    """The session compacts its own history (the model must read it exactly)."""
 
 
 SESSION_BINDING: ContextVar[SessionBinding | None] = ContextVar(
@@ -65,7 +67,9 @@ class PreparedCall:
     thread: str
     """The call's thread."""
     recall: bool
-    """Whether the model is offered `recall` (refs are shown only then)."""
+    """Whether the model may be offered `recall` (its model is the plugin's wrapper)."""
+    refs: bool
+    """Whether the view names a ref (a reduced result, an exchange, a stub or a fold)."""
     instructions: str | None
     """The instructions handed to the model."""
     last_item: object | None
@@ -78,8 +82,6 @@ class PreparedCall:
     """After an emergency fold: the call's new (instructions, input), or None."""
     strip_reasoning_ids: bool = False
     """The run omits reasoning item ids from model input (`reasoning_item_id_policy`)."""
-    maintained: bool = False
-    """The thread has maintenance epochs (their stubs and folds may name refs)."""
 
 
 PREPARED: ContextVar[PreparedCall | None] = ContextVar("cachepilot_agents_prepared", default=None)

@@ -9,6 +9,9 @@ filter runs first; what it returns is checked the way the SDK checks a filter's 
 The thread of a call is, first match: the run config's pinned thread or session; the
 `CachePilotSession` this run reads; the run config's `group_id`; the plugin's `default_thread`
 when one was given; else a scope of the run's own, dropped when the run ends.
+
+A session that compacts its own history (`OpenAIResponsesCompactionSession`) checks that the
+model read exactly its history before it compacts; its calls pass through unchanged.
 """
 
 from __future__ import annotations
@@ -16,22 +19,23 @@ from __future__ import annotations
 import inspect
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agents import RunConfig
 from agents.exceptions import UserError
 from agents.run_config import CallModelData, CallModelInputFilter, ModelInputData
 
-from cachepilot_agents._context import SESSION_BINDING, next_stamp
+from cachepilot_agents._context import PREPARED, SESSION_BINDING, next_stamp
 from cachepilot_agents.runs import current_run
-from cachepilot_agents.session import session_thread
+from cachepilot_agents.session import compacts_itself, session_thread
 
 if TYPE_CHECKING:
     from agents.memory import Session
 
     from cachepilot_agents.plugin import CachePilotAgents
 
-__all__ = ["PilotInputFilter"]
+__all__ = ["PilotInputFilter", "Scope"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,14 +72,14 @@ class PilotInputFilter:
     def __deepcopy__(self, memo: dict[int, Any]) -> PilotInputFilter:
         return self
 
-    def thread(self) -> tuple[str, bool]:
-        """(thread of the current call, whether it is a session's thread)."""
+    def thread(self) -> Scope:
+        """The thread of the current call (see the module docstring for the rule)."""
         if self.pinned_thread is not None:
-            return self.pinned_thread, False
+            return Scope(self.pinned_thread)
         if self.session is not None:
             found = session_thread(self.session)
             if found is not None:
-                return found, True
+                return Scope(found, session=True, compacting=compacts_itself(self.session))
         run = current_run()
         binding = SESSION_BINDING.get()
         if binding is not None and binding.owner == id(self.owner):
@@ -85,21 +89,21 @@ class PilotInputFilter:
                 else binding.stamp > self._stamp
             )
             if same_run:
-                return binding.thread, True
+                return Scope(binding.thread, session=True, compacting=binding.compacting)
         group = self.run_config.group_id if self.run_config is not None else None
         if isinstance(group, str) and group.strip():
-            return group.strip(), False
+            return Scope(group.strip())
         if self.owner.fixed_default_thread is not None:
-            return self.owner.fixed_default_thread, False
+            return Scope(self.owner.fixed_default_thread)
         if run is not None:
-            return self.owner.run_scope(run), False
+            return Scope(self.owner.run_scope(run))
         if self._own_scope is None:  # the SDK gives no run object: one scope per run config
             self._own_scope = f"run-{uuid.uuid4().hex[:16]}"
             logger.warning(
                 "this Agents SDK version does not say which run is executing: runs without a "
                 "session, group_id or thread share the scope of their run config"
             )
-        return self._own_scope, False
+        return Scope(self._own_scope)
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """Filter one model call's input."""
@@ -110,7 +114,25 @@ class PilotInputFilter:
                 # The SDK's own check and message, as without cachepilot.
                 raise UserError("call_model_input_filter must return a ModelInputData instance")
             data = CallModelData(model_data=updated, agent=data.agent, context=data.context)
-        thread, persistent = self.thread()
-        if persistent and self.session is not None:
-            await self.owner.attach_session(thread, self.session)
-        return await self.owner.filter_input(data.model_data, data.agent, thread, self)
+        scope = self.thread()
+        if scope.compacting:
+            # The session compacts its own history and checks that the model read exactly
+            # that history: its calls are the SDK's own.
+            PREPARED.set(None)
+            return ModelInputData(
+                input=list(data.model_data.input), instructions=data.model_data.instructions
+            )
+        if scope.session and self.session is not None:
+            await self.owner.attach_session(scope.thread, self.session)
+        return await self.owner.filter_input(data.model_data, data.agent, scope.thread, self)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The thread of a call and what kind of thread it is."""
+
+    thread: str
+    session: bool = False
+    """The thread is a session's (its state is persisted beside it)."""
+    compacting: bool = False
+    """The session compacts its own history."""

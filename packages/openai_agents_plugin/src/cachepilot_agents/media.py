@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from cachepilot import CachePilot
@@ -47,8 +47,11 @@ class MediaNotes:
         self._lock = threading.Lock()
         self._memo: OrderedDict[tuple[str, str, int, int, str], str | None] = OrderedDict()
 
-    def apply(self, items: Sequence[Any], thread: str) -> list[Any]:
-        """`items` with large inline media of tool results replaced (new dicts; never mutated)."""
+    def apply(self, items: list[Any], thread: str) -> list[Any]:
+        """`items` with large inline media of tool results replaced (new dicts; never mutated).
+
+        Returns `items` itself when nothing was replaced.
+        """
         out: list[Any] = []
         changed = False
         for item in items:
@@ -67,7 +70,7 @@ class MediaNotes:
                     changed = True
                     continue
             out.append(item)
-        return out if changed else list(items)
+        return out if changed else items
 
     def _part(self, part: Any, thread: str, call_id: str, index: int) -> Any:
         if not isinstance(part, Mapping):

@@ -219,13 +219,20 @@ class PilotModel(Model):
         """The SDK's end-of-run notice: the inner model's, and the plugin's run resources.
 
         Both start at once: the plugin's (closing the run's provider, dropping its scope)
-        never waits on the inner model's, and finishes even when the run is cancelled.
+        never waits on the inner model's. When the run is cancelled, the plugin's goes on to
+        its end without holding the cancellation up, as the SDK's own provider cleanup does
+        (a stream consumer that cancels must not wait on a cleanup that cannot finish).
         """
         ours = asyncio.ensure_future(self._owner.run_ended())
         try:
             await self._inner._cleanup_on_run_end(owner)
-        finally:
-            await _settle(ours)
+        except asyncio.CancelledError:
+            _run_on(ours)
+            raise
+        except BaseException:
+            await _join(ours)
+            raise
+        await _join(ours)
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
         """The inner model's advice."""
@@ -235,24 +242,20 @@ class PilotModel(Model):
         supports = getattr(self._inner, "_supports_default_prompt_cache_key", None)
         return bool(supports()) if callable(supports) else False
 
-    def _offered(
-        self, call: PreparedCall | None, tools: list[Tool], items: object
-    ) -> list[Tool] | None:
-        """The tools offered with recall, or None (this call is not the plugin's, or nothing
-        could be recalled: no function tools, no tool results, no maintenance yet)."""
+    def _offered(self, call: PreparedCall | None, tools: list[Tool]) -> list[Tool] | None:
+        """The tools offered with recall, or None when this call does not offer it.
+
+        Offered from the first call to a model that has function tools (their results are
+        what gets reduced), so its tool list never changes mid-thread; to any other model
+        once its view names a ref (a handoff target reading reduced history).
+        """
         if call is None or not call.recall:
             return None
         if any(getattr(t, "name", None) == RECALL_TOOL_NAME for t in tools):
             return None  # a tool of the user's has the name: never shadow it
-        useful = (
-            call.maintained
-            or any(isinstance(t, FunctionTool) for t in tools)
-            or (
-                isinstance(items, list)
-                and any(_item_type(i) == "function_call_output" for i in items)
-            )
-        )
-        return [*tools, self._owner.recall_tool] if useful else None
+        if not call.refs and not any(isinstance(t, FunctionTool) for t in tools):
+            return None
+        return [*tools, self._owner.recall_tool]
 
     async def get_response(  # noqa: PLR0917 - the SDK's Model signature
         self,
@@ -270,7 +273,7 @@ class PilotModel(Model):
     ) -> ModelResponse:
         """Ask the inner model, answering its recall calls first (see the module docstring)."""
         call = self._owner.claim(system_instructions, input)
-        offered = self._offered(call, tools, input)
+        offered = self._offered(call, tools)
         model_settings = self._owner.with_cache_key(call, model_settings)
 
         def ask(system: str | None, items: str | list[Any], with_tools: list[Tool]) -> Any:
@@ -325,7 +328,7 @@ class PilotModel(Model):
     ) -> AsyncIterator[TResponseStreamEvent]:
         """Stream the inner model, answering its recall calls (see the module docstring)."""
         call = self._owner.claim(system_instructions, input)
-        offered = self._offered(call, tools, input)
+        offered = self._offered(call, tools)
         model_settings = self._owner.with_cache_key(call, model_settings)
 
         def ask(
@@ -574,6 +577,34 @@ async def _close(provider: ModelProvider) -> None:
         await _settle(asyncio.ensure_future(provider.aclose()))
     except Exception:  # pragma: no cover
         logger.warning("Failed to close model provider created for run", exc_info=True)
+
+
+_RUNNING_ON: set[asyncio.Future[Any]] = set()
+"""Cleanups left running by a cancelled run (held here: the loop keeps only weak refs)."""
+
+
+def _run_on(task: asyncio.Future[Any]) -> None:
+    """Let `task` finish on its own; its failure is logged, never lost."""
+    if task.done():
+        _log_failure(task)
+        return
+    _RUNNING_ON.add(task)
+    task.add_done_callback(_RUNNING_ON.discard)
+    task.add_done_callback(_log_failure)
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("a run-end cleanup failed", exc_info=task.exception())
+
+
+async def _join(task: asyncio.Future[Any]) -> None:
+    """Wait for `task`; if the waiter is cancelled meanwhile, `task` runs on (`_run_on`)."""
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        _run_on(task)
+        raise
 
 
 async def _settle(task: asyncio.Future[Any]) -> None:

@@ -49,20 +49,16 @@ from cachepilot.metrics import call_metrics, thread_metrics
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.usage import Usage
 from cachepilot_agents._context import PREPARED, PreparedCall
-from cachepilot_agents.exchanges import EXCHANGE_KIND, Exchange, ExchangeBook
+from cachepilot_agents.exchanges import ExchangeBook
 from cachepilot_agents.filter import PilotInputFilter
 from cachepilot_agents.hooks import CachePilotHooks, RequestUsage
 from cachepilot_agents.items import TranscriptBuilder
 from cachepilot_agents.media import MediaNotes
 from cachepilot_agents.model import PilotModel, PilotProvider
+from cachepilot_agents.persistence import ThreadPersistence
 from cachepilot_agents.runs import RunScopes, current_run
 from cachepilot_agents.session import CachePilotSession, session_proxy
-from cachepilot_agents.state import (
-    SQLiteStateStore,
-    StateStore,
-    default_state_path,
-    state_store_for,
-)
+from cachepilot_agents.state import SQLiteStateStore, StateStore, default_state_path
 from cachepilot_agents.tools import answer_recall, recall_tool
 from cachepilot_agents.tracing import agents_custom_span
 from cachepilot_agents.view import ToolSchemas, build_view
@@ -153,16 +149,11 @@ class CachePilotAgents:
         self.media = MediaNotes(pilot, max_media_chars)
         self.tool_schemas = ToolSchemas()
         self._builders: dict[str, TranscriptBuilder] = {}
-        self._stores: dict[str, StateStore] = {}
-        self._loaded: set[str] = set()
-        self._saved: dict[str, str] = {}
+        self.persistence = ThreadPersistence(pilot, self.exchanges, lambda: self.state_store)
         self._lock = threading.Lock()
         self._models: dict[int, tuple[weakref.ref[Model], weakref.ref[PilotModel]]] = {}
         self._run_end: dict[int, tuple[weakref.ref[Any], list[RunEnd]]] = {}
         self._scopes = RunScopes(self._release_scope)
-        self._session_stores: weakref.WeakKeyDictionary[Any, StateStore] = (
-            weakref.WeakKeyDictionary()
-        )
         self._warned: set[str] = set()
 
     def __copy__(self) -> CachePilotAgents:
@@ -209,12 +200,13 @@ class CachePilotAgents:
 
     def run_config(
         self,
-        base: RunConfig | None = None,
+        base: RunConfig | dict[str, Any] | None = None,
         *,
         thread: str | None = None,
         session: Session | None = None,
     ) -> RunConfig:
-        """A copy of `base` (or a new `RunConfig`) with the pilot's filter and model provider.
+        """A copy of `base` (a `RunConfig`, its dictionary form, or None) with the pilot's
+        filter and model provider.
 
         The user's own `call_model_input_filter` keeps running, before the pilot's; the
         user's model provider (or `base.model`) is wrapped, not replaced; everything else in
@@ -223,8 +215,13 @@ class CachePilotAgents:
         its pilot state beside it. Model calls that carry no `prompt_cache_key` (the SDK sets
         one only for official OpenAI endpoints) get a thread-derived one.
         """
+        owns_provider = base is None
+        if isinstance(base, dict):
+            # The SDK's dictionary form: without a provider in it, the run owns its provider.
+            owns_provider = "model_provider" not in base
+            base = _coerce(base)
         if base is not None and not isinstance(base, RunConfig):
-            raise ValueError(f"base must be a RunConfig, not {type(base).__name__}")
+            raise ValueError(f"base must be a RunConfig or a dict, not {type(base).__name__}")
         if thread is not None:
             check_thread(thread)
         if session is not None:
@@ -245,7 +242,7 @@ class CachePilotAgents:
             provider = provider.inner
         # A run config of the user's keeps its provider (the SDK never closes it); without
         # one, the plugin makes one per run and closes it, as the SDK does without a config.
-        config.model_provider = PilotProvider(self, provider if base is not None else None)
+        config.model_provider = PilotProvider(self, None if owns_provider else provider)
         if isinstance(config.model, Model):
             config.model = self.model(config.model)
         return config
@@ -357,73 +354,26 @@ class CachePilotAgents:
                 raise ValueError(f"inner must be an Agents SDK Session (missing {name}())")
         if store is not None and not isinstance(store, StateStore):
             raise ValueError("store must implement load / save / delete (StateStore)")
-        chosen = store or state_store_for(inner, _LazyStore(self))
+        chosen = store or self.persistence.companion(inner)
         return session_proxy(self, inner, chosen)
 
     async def attach_session(self, thread: str, session: Session) -> None:
-        """Attach `thread` to the companion store of `session` (a session not wrapped)."""
-        if isinstance(session, CachePilotSession):
-            await self.attach(thread, session.store)
-            return
-        store = self._session_stores.get(session) if _weakrefable(session) else None
-        if store is None:
-            store = state_store_for(session, _LazyStore(self))
-            if _weakrefable(session):
-                self._session_stores[session] = store
-        await self.attach(thread, store)
+        """Keep `thread`'s state beside `session` (a session not wrapped); load it once."""
+        await self.persistence.attach_session(thread, session)
 
     async def attach(self, thread: str, store: StateStore) -> None:
         """Keep `thread`'s state in `store`; load it (and its recall exchanges) once."""
-        self._stores[thread] = store
-        if thread in self._loaded:
-            return
-        self._loaded.add(thread)
-        await self._load_exchanges(thread)
-        try:
-            text = await store.load(thread)
-        except Exception:
-            logger.error("thread %s: could not load the saved pilot state", thread, exc_info=True)
-            return
-        if text:
-            try:
-                self._pilot.load_state(thread, text)
-            except Exception:
-                logger.error("thread %s: saved pilot state unreadable; starting fresh", thread)
-                return
-            self._saved[thread] = text
-            logger.info("thread %s: pilot state restored", thread)
+        await self.persistence.attach(thread, store)
 
     async def save_state(self, thread: str) -> None:
         """Save `thread`'s state to its store (when it has one and the state changed)."""
-        store = self._stores.get(thread)
-        if store is None:
-            return
-        try:
-            text = self._pilot.state(thread).model_dump_json()
-            if self._saved.get(thread) == text:
-                return
-            await store.save(thread, text)
-            self._saved[thread] = text
-        except Exception:
-            logger.error("thread %s: could not save the pilot state", thread, exc_info=True)
+        await self.persistence.save(thread)
 
     async def forget(self, thread: str, store: StateStore) -> None:
-        """Drop `thread`'s state (live and saved); its archive is kept until retention."""
-        try:
-            await store.delete(thread)
-        except Exception:
-            logger.error("thread %s: could not delete the saved state", thread, exc_info=True)
-        self._pilot.drop_thread(thread, artifacts=False)
-        self._saved.pop(thread, None)
+        """Drop `thread`'s state (live and saved) and its recall exchanges."""
+        await self.persistence.forget(thread, store)
         self._builders.pop(thread, None)
-        self.exchanges.forget(thread)
         self.media.forget(thread)
-        try:
-            for info in await asyncio.to_thread(self._pilot.store.list, thread):
-                if info.meta.get("kind") == EXCHANGE_KIND:
-                    await asyncio.to_thread(self._pilot.store.delete, thread, info.ref)
-        except Exception:
-            logger.warning("thread %s: recall exchanges not deleted", thread, exc_info=True)
 
     # --- runs and scopes ---------------------------------------------------------------------
 
@@ -464,7 +414,6 @@ class CachePilotAgents:
         self._builders.pop(scope, None)
         self.exchanges.forget(scope)
         self.media.forget(scope)
-        self._saved.pop(scope, None)
 
     # --- the filter's work -------------------------------------------------------------------
 
@@ -570,35 +519,7 @@ class CachePilotAgents:
         if call.anchor is None:
             return
         exchange = self.exchanges.add(call.thread, call.anchor, items)
-        if call.thread not in self._stores:
-            return
-        try:
-            await asyncio.to_thread(
-                self._pilot.store.put,
-                call.thread,
-                exchange.to_json(),
-                meta={"kind": EXCHANGE_KIND, "seq": exchange.seq},
-                media_type="application/json",
-            )
-        except Exception:
-            logger.warning("thread %s: recall exchange not archived", call.thread, exc_info=True)
-
-    async def _load_exchanges(self, thread: str) -> None:
-        try:
-            infos = await asyncio.to_thread(self._pilot.store.list, thread)
-            found: list[Exchange] = []
-            for info in infos:
-                if info.meta.get("kind") != EXCHANGE_KIND:
-                    continue
-                artifact = await asyncio.to_thread(self._pilot.store.get, thread, info.ref)
-                parsed = Exchange.from_json(artifact.text) if artifact is not None else None
-                if parsed is not None:
-                    found.append(parsed)
-        except Exception:
-            logger.warning("thread %s: recall exchanges not restored", thread, exc_info=True)
-            return
-        if found:
-            self.exchanges.load(thread, found)
+        await self.persistence.archive_exchange(call.thread, exchange)
 
     def record_usage(self, call: PreparedCall, usage: SdkUsage, response_id: str | None) -> None:
         """Record one model request's usage (never fails the call)."""
@@ -638,33 +559,18 @@ class CachePilotAgents:
 RunEnd = Callable[[object], Awaitable[None]]
 
 
+def _coerce(base: dict[str, Any]) -> RunConfig:
+    """A run config from its dictionary form, as the SDK reads it."""
+    try:
+        from agents.run_config import _coerce_run_config
+    except ImportError:  # pragma: no cover - other SDK versions
+        return RunConfig(**base)
+    try:
+        return _coerce_run_config(base)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from exc
+
+
 def _plain(model_data: ModelInputData) -> ModelInputData:
     """The input as it came (a copy of the list; items untouched)."""
     return ModelInputData(input=list(model_data.input), instructions=model_data.instructions)
-
-
-def _weakrefable(value: object) -> bool:
-    try:
-        weakref.ref(value)
-    except TypeError:
-        return False
-    return True
-
-
-class _LazyStore:
-    """The owner's fallback store, opened only when a session actually uses it."""
-
-    def __init__(self, owner: CachePilotAgents) -> None:
-        self._owner = owner
-
-    async def load(self, thread: str) -> str | None:
-        """Delegate."""
-        return await self._owner.state_store.load(thread)
-
-    async def save(self, thread: str, state: str) -> None:
-        """Delegate."""
-        await self._owner.state_store.save(thread, state)
-
-    async def delete(self, thread: str) -> None:
-        """Delegate."""
-        await self._owner.state_store.delete(thread)

@@ -30,7 +30,13 @@ if TYPE_CHECKING:
     from cachepilot_agents.plugin import CachePilotAgents
     from cachepilot_agents.state import StateStore
 
-__all__ = ["CachePilotSession", "ContextAwareSession", "session_proxy", "session_thread"]
+__all__ = [
+    "CachePilotSession",
+    "ContextAwareSession",
+    "compacts_itself",
+    "session_proxy",
+    "session_thread",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +60,16 @@ def _context_aware(session: object) -> bool:
         ):
             return False
     return True  # pragma: no cover
+
+
+def compacts_itself(session: object) -> bool:
+    """Whether `session` compacts its own history (`run_compaction`, e.g.
+    `OpenAIResponsesCompactionSession`): it checks that the model read exactly its history,
+    so the plugin leaves such a session's calls alone."""
+    try:
+        return callable(getattr(session, "run_compaction", None))
+    except Exception:
+        return False
 
 
 def session_thread(session: object) -> str | None:
@@ -115,7 +131,13 @@ class CachePilotSession:
             return
         run = current_run()
         SESSION_BINDING.set(
-            SessionBinding(id(self._owner), thread, next_stamp(), None if run is None else id(run))
+            SessionBinding(
+                id(self._owner),
+                thread,
+                next_stamp(),
+                None if run is None else id(run),
+                compacting=compacts_itself(self.inner),
+            )
         )
         await self._owner.attach(thread, self.store)
 

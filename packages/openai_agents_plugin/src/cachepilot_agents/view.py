@@ -72,6 +72,28 @@ class ToolSchemas:
         return schemas
 
 
+_REF_MARK = 'recall(ref="'
+
+
+def _keep_empty(original: Sequence[Message], reduced: list[Message]) -> list[Message]:
+    """`reduced`, except that an empty tool result stays empty (as the SDK sent it)."""
+    out = reduced
+    for index, (before, after) in enumerate(zip(original, reduced, strict=True)):
+        if after is not before and before.role == "tool" and before.content == "":
+            if out is reduced:
+                out = list(reduced)
+            out[index] = before
+    return out
+
+
+def _names_a_ref(original: Sequence[Message], reduced: Sequence[Message]) -> bool:
+    """Whether a result the view changed names a ref (only changed results are read)."""
+    return any(
+        after is not before and _REF_MARK in str(after.content)
+        for before, after in zip(original, reduced, strict=True)
+    )
+
+
 def _weak(value: object) -> Any:
     try:
         return weakref.ref(value)
@@ -119,15 +141,32 @@ async def build_view(
     pilot = owner.pilot
     plain = list(model_data.input)
     items = owner.exchanges.splice(thread, plain)
+    refs = len(items) != len(plain)  # earlier recall exchanges are shown again
     if recall:
-        items = owner.media.apply(items, thread)
+        with_notes = owner.media.apply(items, thread)
+        refs = refs or with_notes is not items
+        items = with_notes
     transcript = owner.builder(thread).build(items)
-    reduced = await pilot.areduce_results(transcript.messages, thread, recall=recall)
-    tools = owner.tool_schemas(agent)
-    system, view, _ = await pilot.aprepare(
-        model_data.instructions, reduced, tools, thread, now=now(), recall=recall
+    reduced = _keep_empty(
+        transcript.messages,
+        await pilot.areduce_results(transcript.messages, thread, recall=recall),
     )
-    out = transcript.render(view, pilot.state(thread).plan)
+    refs = recall and (refs or _names_a_ref(transcript.messages, reduced))
+    tools = owner.tool_schemas(agent)
+    # Refs may be named where the model will be offered recall: from the first call of a model
+    # with function tools (a maintenance point of this very call included), else once named.
+    named = refs or bool(pilot.state(thread).plan.epochs)
+    function_tools = any(isinstance(t, FunctionTool) for t in agent.tools)
+    system, view, _ = await pilot.aprepare(
+        model_data.instructions,
+        reduced,
+        tools,
+        thread,
+        now=now(),
+        recall=recall and (function_tools or named),
+    )
+    plan = pilot.state(thread).plan
+    out = transcript.render(view, plan)
     await owner.save_state(thread)
 
     async def rebuild() -> tuple[str | None, list[Any]] | None:
@@ -136,10 +175,10 @@ async def build_view(
         )
 
     call = PreparedCall(
-        maintained=bool(pilot.state(thread).plan.epochs),
         owner=id(owner),
         thread=thread,
         recall=recall,
+        refs=recall and (refs or bool(plan.epochs)),
         instructions=system,
         last_item=out[-1] if out else None,
         anchor=anchor_of(plain),

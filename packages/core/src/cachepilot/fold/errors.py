@@ -57,12 +57,15 @@ def is_context_length_error(exc: BaseException) -> bool:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if any(code in _CONTEXT_CODES for code in _codes(current)):
+        try:
+            codes, text = _codes(current), str(current).lower()
+        except Exception:  # an error that cannot describe itself names no context limit
+            codes, text = [], ""
+        if any(code in _CONTEXT_CODES for code in codes):
             return True
         name = type(current).__name__.lower()
         if any(hint in name for hint in _CONTEXT_CLASS_HINTS):
             return True
-        text = str(current).lower()
         if any(phrase in text for phrase in _CONTEXT_PHRASES):
             return True
         current = current.__cause__ or current.__context__
