@@ -207,3 +207,15 @@ def test_audit_runs_on_every_recorded_cassette(path: Path) -> None:
     counts = Counter(c.explanation.cause for c in report.calls if c.explanation)
     assert set(counts) <= set(CAUSES)
     assert format_report(report)
+
+
+def test_server_side_context_edits_are_the_providers_not_the_requests() -> None:
+    # Anthropic `context_management` (clear_tool_uses, clear_thinking) on an append-only
+    # thread; from call 3 the provider reports the cache read of a prompt it cleared.
+    report = audit_file(HERE / "anthropic_context_edits.jsonl")
+    causes = [c.explanation.cause for c in report.calls if c.explanation is not None]
+    assert causes[-1] == "provider_edit"
+    assert "provider_miss" not in causes
+    assert report.totals["prefix_breaks"] == 0
+    assert set(report.totals["by_cause"]) == {"provider_edit"}
+    assert "provider context edit" in format_report(report)

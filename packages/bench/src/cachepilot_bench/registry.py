@@ -32,6 +32,9 @@ _TARGETS: dict[str, str] = {
     "cachepilot-no-schedule": "cachepilot_bench.ours:CachePilotNoSchedule",
     "cachepilot-llm": "cachepilot_bench.ours:CachePilotLLM",
     "headroom": "cachepilot_bench.peers.headroom:Headroom",
+    "cachepilot+lc-clear-tool-uses": (
+        "cachepilot_bench.peers.cachepilot_lc_clear:CachePilotLcClearToolUses"
+    ),
 }
 
 _INSTALL_HINTS: dict[str, str] = {

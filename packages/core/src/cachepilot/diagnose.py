@@ -85,6 +85,7 @@ CauseKind: TypeAlias = Literal[
     "ttl_expiry",
     "below_minimum",
     "provider_miss",
+    "provider_edit",
 ]
 CAUSES: tuple[CauseKind, ...] = (
     "none",
@@ -97,9 +98,13 @@ CAUSES: tuple[CauseKind, ...] = (
     "ttl_expiry",
     "below_minimum",
     "provider_miss",
+    "provider_edit",
 )
 """Every cause class. `provider_miss` is set by `cachepilot.audit` from recorded usage: the
-request extended the previous one, yet the provider reported a miss (eviction, routing)."""
+request extended the previous one, yet the provider reported a miss (eviction, routing).
+`provider_edit` likewise, for a request that asks the provider to edit its context
+server-side (Anthropic `context_management` edits such as `clear_tool_uses_20250919`, OpenAI
+Responses `context_management` compaction): the provider's own edit, not the request's."""
 
 PREFIX_BREAK_CAUSES: frozenset[CauseKind] = frozenset(
     {
@@ -125,11 +130,12 @@ CACHE_PARAMETERS: Mapping[str, Literal["all", "messages"]] = {
     "text.format": "all",
     "tool_choice": "messages",
     "thinking": "messages",
+    "context_management": "messages",
 }
 """Request parameters that change what is cached, and what a change invalidates: `all`
 (OpenAI routes by `prompt_cache_key`; a structured-output schema is part of the prefix) or
-`messages` (Anthropic: a changed `tool_choice` or `thinking` setting invalidates the cached
-messages, tools and system stay)."""
+`messages` (Anthropic: a changed `tool_choice`, `thinking` or `context_management` setting
+invalidates the cached messages, tools and system stay)."""
 
 _SNIPPET_BEFORE = 40
 _SNIPPET_AFTER = 80

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -292,6 +292,7 @@ class Ingestion(PilotBase):
         thread: str = "default",
         *,
         recall: bool | None = None,
+        native: Collection[str] = (),
     ) -> list[Message]:
         """The transcript as the model reads it: each tool result shown as its reduced view.
 
@@ -307,6 +308,9 @@ class Ingestion(PilotBase):
             thread: the scope.
             recall: whether the model can call `recall` (default: `Config.recall_tool`).
                 Without it no result is reduced: a ref the model cannot follow is never shown.
+            native: call ids of results a native context manager (e.g. LangChain's
+                `ContextEditingMiddleware`) already cleared: shown as they are, never
+                ingested or archived (the placeholder is not a tool output).
         """
         check_pilot_thread(thread)
         if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
@@ -367,7 +371,13 @@ class Ingestion(PilotBase):
             return replacement
 
         return self._result_views.apply(
-            thread, messages, state.views, ingest=ingest, load=load, shrink=shrink
+            thread,
+            messages,
+            state.views,
+            ingest=ingest,
+            load=load,
+            shrink=shrink,
+            native=frozenset(native),
         )
 
     async def areduce_results(
@@ -376,9 +386,12 @@ class Ingestion(PilotBase):
         thread: str = "default",
         *,
         recall: bool | None = None,
+        native: Collection[str] = (),
     ) -> list[Message]:
         """Async twin of `reduce_results` (ingestion runs in a worker thread)."""
-        return await asyncio.to_thread(self.reduce_results, messages, thread, recall=recall)
+        return await asyncio.to_thread(
+            self.reduce_results, messages, thread, recall=recall, native=native
+        )
 
 
 def _clip_args(args: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import logging
 import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -160,6 +160,7 @@ class ResultViews:
         ingest: Ingest,
         load: Callable[[str], str | None],
         shrink: Shrink | None = None,
+        native: Container[str] = frozenset(),
     ) -> list[Message]:
         """`messages` with every tool result shown as its reduced view.
 
@@ -173,6 +174,9 @@ class ResultViews:
             load: the text of a persisted view by its ref (None when the archive lost it).
             shrink: what an image part of a result becomes (downsampled, a stub, or kept);
                 None keeps every image.
+            native: call ids of results that a native context manager (the provider's or
+                the framework's own) already replaced by its placeholder: shown as they are
+                and never ingested, so a placeholder is never archived as a tool output.
         """
         with self._lock:
             tracker = self._trackers.get(thread)
@@ -191,7 +195,7 @@ class ResultViews:
             calls = _calls_by_id(messages if known == 0 else tail, tracker.inputs)
             out = [
                 self._view(thread, m, calls, views, ingest=ingest, load=load, shrink=shrink)
-                if m.role == "tool"
+                if m.role == "tool" and str(m.tool_call_id) not in native
                 else m
                 for m in tail
             ]

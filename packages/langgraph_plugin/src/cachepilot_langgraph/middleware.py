@@ -67,6 +67,7 @@ from cachepilot_langgraph.convert import (
     tool_name_of,
     tool_schema,
 )
+from cachepilot_langgraph.native import mark_stubs, natively_cleared
 from cachepilot_langgraph.recall_tool import make_recall_tool
 from cachepilot_langgraph.state import (
     PILOT_STATE_KEY,
@@ -222,6 +223,8 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         out_system, view, out_tools = result
         by_id = {m.id: m for m in request.messages if m.id}
         sent = [to_langchain(m, self._converter, by_id) for m in view]
+        # A ContextEditingMiddleware listed after this one leaves the plan's stubs alone.
+        sent = mark_stubs(view, sent, request.messages)
         overrides: dict[str, Any] = {"messages": sent}
         if out_system != system:
             overrides["system_message"] = (
@@ -265,7 +268,9 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         thread, new_scope, recall, core = self._inputs(request)
         system = system_text(request.system_message)
         schemas = [tool_schema(t) for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
-        shown = self.pilot.reduce_results(core, thread, recall=recall)
+        # Results a ContextEditingMiddleware listed before this one cleared stay as cleared.
+        native = natively_cleared(request.messages)
+        shown = self.pilot.reduce_results(core, thread, recall=recall, native=native)
         result = self.pilot.prepare(
             system, shown, schemas, thread, now=self._clock(), recall=recall
         )
@@ -284,7 +289,9 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         thread, new_scope, recall, core = self._inputs(request)
         system = system_text(request.system_message)
         schemas = [tool_schema(t) for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
-        shown = await self.pilot.areduce_results(core, thread, recall=recall)
+        # Results a ContextEditingMiddleware listed before this one cleared stay as cleared.
+        native = natively_cleared(request.messages)
+        shown = await self.pilot.areduce_results(core, thread, recall=recall, native=native)
         result = await self.pilot.aprepare(
             system, shown, schemas, thread, now=self._clock(), recall=recall
         )

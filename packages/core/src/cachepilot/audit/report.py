@@ -19,6 +19,7 @@ _CAUSE_LABELS = {
     "ttl_expiry": "TTL expiry",
     "below_minimum": "below minimum length",
     "provider_miss": "provider-side miss",
+    "provider_edit": "provider context edit",
 }
 
 
@@ -41,7 +42,11 @@ def _row(c: CallAudit) -> str:
 
 def _explain_lines(exp: Explanation) -> list[str]:
     label = _CAUSE_LABELS.get(exp.cause, exp.cause)
-    detail = f" ({exp.detail})" if exp.detail and exp.cause != "provider_miss" else ""
+    detail = (
+        f" ({exp.detail})"
+        if exp.detail and exp.cause not in ("provider_miss", "provider_edit")
+        else ""
+    )
     out = [f"      break: {label}{detail}: {exp.summary}"]
     out.extend("      " + line for line in exp.describe().splitlines()[1:])
     return out

@@ -5,8 +5,10 @@ by every request of one account, so a new thread can hit a prefix another thread
 Each call after the first of its thread is explained against the thread's previous call
 (`cachepilot.diagnose.explain`). When the provider's usage was recorded, a call whose content
 extends the previous one but whose recorded hit ratio falls far below the simulated one is a
-`provider_miss` (eviction or routing the request cannot show), or a `ttl_expiry` when it
-came after the TTL.
+`provider_miss` (eviction or routing the request cannot show), a `ttl_expiry` when it
+came after the TTL, or a `provider_edit` when the request asks the provider to edit its
+context server-side (`context_management`): the provider's own rewrite, never counted as a
+break of the request.
 
 Anthropic requests are simulated under Anthropic's rules as sent: cached at their own
 `cache_control` marks, at the last block too when the request asks for automatic caching (a
@@ -287,18 +289,35 @@ def _provider_miss(
         expired = exp.idle_seconds > profile.ttl_seconds
     else:
         expired = False
-    cause: CauseKind = "ttl_expiry" if expired else "provider_miss"
+    edits = _context_edits(call)
+    cause: CauseKind = "ttl_expiry" if expired else "provider_edit" if edits else "provider_miss"
     idle = "" if exp.idle_seconds is None else f" after {exp.idle_seconds:.0f} s idle"
+    if cause == "provider_edit":
+        why = f"the request asks the provider to edit its context ({', '.join(edits)})"
+    else:
+        why = "the cache expired" if expired else "evicted or routed elsewhere"
     summary = (
         f"provider reported {rec.cached_tokens:,} of {rec.input_tokens:,} prompt tokens cached"
         f"{idle}, though the request extends the previous one (simulated: "
-        f"{simulated.cached_tokens:,} of {simulated.input_tokens:,}): "
-        f"{'the cache expired' if expired else 'evicted or routed elsewhere'}; "
+        f"{simulated.cached_tokens:,} of {simulated.input_tokens:,}): {why}; "
         f"~{lost:,} tokens re-missed"
     )
     return dataclasses.replace(
         exp, cause=cause, detail="recorded", summary=summary, remissed_tokens=lost
     )
+
+
+def _context_edits(call: LoggedCall) -> list[str]:
+    """The server-side context edits a request asks for (Anthropic `context_management`
+    edit types, or `compaction` for OpenAI Responses), bounded; empty when none."""
+    value = call.params.get("context_management")
+    if not value:
+        return []
+    entries = value.get("edits") if isinstance(value, dict) else value
+    if not isinstance(entries, list):
+        return ["context_management"]
+    kinds = [str(e.get("type"))[:60] for e in entries[:8] if isinstance(e, dict) and e.get("type")]
+    return kinds or ["context_management"]
 
 
 def audit_calls(

@@ -269,6 +269,9 @@ def _params(body: Mapping[str, Any], api: Api) -> dict[str, Any]:
         for name in ("tool_choice", "thinking"):
             if body.get(name) is not None:
                 out[name] = body[name]
+    if api in ("anthropic", "responses") and body.get("context_management"):
+        # Server-side context edits: the provider rewrites the prompt it caches.
+        out["context_management"] = body["context_management"]
     return out
 
 
