@@ -51,7 +51,11 @@ run_lowest() {
     unset VIRTUAL_ENV
 }
 
+# The plugin tests drive the plugins against the bench's replay provider (real HTTP): the
+# bench and its dependencies (both plugins) are installed with each.
 run_lowest langgraph tests/langgraph \
-    "packages/core[plot]" "packages/langgraph_plugin[langchain,sqlite]"
+    packages/core "packages/langgraph_plugin[langchain,sqlite]" packages/openai_agents_plugin \
+    packages/bench
 run_lowest agents tests/agents \
-    packages/core packages/openai_agents_plugin
+    packages/core packages/openai_agents_plugin "packages/langgraph_plugin[langchain]" \
+    packages/bench

@@ -42,14 +42,14 @@ from typing import Any
 from agents import set_tracing_disabled
 
 from cachepilot import CachePilot, InMemoryArtifactStore
-from cachepilot.bench.harness import BenchConfig, prepare_sessions, run_bench
-from cachepilot.sim.calibrate import estimate_hidden_prefix
-from cachepilot.sim.replay import ReplayProvider, ReplayScript
 from cachepilot.tokens import get_counter
-from cachepilot.traces import load_paths
-from cachepilot.traces.session import Session
 from cachepilot_agents import CachePilotAgents
-from cachepilot_agents.replay import run_script
+from cachepilot_bench.calibrate import estimate_hidden_prefix
+from cachepilot_bench.frameworks.agents_replay import run_script
+from cachepilot_bench.harness import BenchConfig, prepare_sessions, run_bench
+from cachepilot_bench.replay import ReplayProvider, ReplayScript
+from cachepilot_bench.traces import load_paths
+from cachepilot_bench.traces.session import Session
 
 PROFILE = "openai-gpt-5.4-mini"
 DEFAULT_TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"

@@ -23,12 +23,12 @@ import argparse
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from cachepilot.bench.harness import BenchConfig, prepare_sessions
 from cachepilot.sim import Request, get_profile, render_request
-from cachepilot.sim.calibrate import estimate_hidden_prefix
 from cachepilot.tokens import get_counter
-from cachepilot.traces import load_paths
-from cachepilot.traces.session import split_system
+from cachepilot_bench.calibrate import estimate_hidden_prefix
+from cachepilot_bench.harness import BenchConfig, prepare_sessions
+from cachepilot_bench.traces import load_paths
+from cachepilot_bench.traces.session import split_system
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
 

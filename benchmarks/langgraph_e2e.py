@@ -18,10 +18,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from cachepilot.bench import BenchConfig, run_bench
-from cachepilot.demo_workload import build_demo_session
-from cachepilot.traces import Session, load_paths
-from cachepilot_langgraph.replay_agent import AgentReplay, replay_session
+from cachepilot_bench import BenchConfig, run_bench
+from cachepilot_bench.demo_workload import build_demo_session
+from cachepilot_bench.frameworks.langgraph_replay import AgentReplay, replay_session
+from cachepilot_bench.traces import Session, load_paths
 
 
 def _pick(sessions: list[Session], per_source: int, max_calls: int) -> list[Session]:

@@ -1,6 +1,6 @@
 """Input cost of a session whose largest items are tool-call arguments (100 KB `write`s).
 
-Replays `cachepilot.bench.synthetic.large_write_session` (five modules of ~100,000
+Replays `cachepilot_bench.synthetic.large_write_session` (five modules of ~100,000
 characters written with `write(file_path, content)`, six test runs after each) through the
 simulator: vanilla, cachepilot without argument reduction, and cachepilot as configured.
 
@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import argparse
 
-from cachepilot.bench import BenchConfig
-from cachepilot.bench.baselines import Vanilla
-from cachepilot.bench.harness import run_session
-from cachepilot.bench.ours import CachePilotStrategy
-from cachepilot.bench.report import strategy_totals
-from cachepilot.bench.strategy import Strategy
-from cachepilot.bench.synthetic import large_write_session
 from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.pilot import Config
+from cachepilot_bench import BenchConfig
+from cachepilot_bench.baselines import Vanilla
+from cachepilot_bench.harness import run_session
+from cachepilot_bench.ours import CachePilotStrategy
+from cachepilot_bench.report import strategy_totals
+from cachepilot_bench.strategy import Strategy
+from cachepilot_bench.synthetic import large_write_session
 
 
 def main() -> None:

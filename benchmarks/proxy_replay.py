@@ -27,14 +27,14 @@ import httpx
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.audit.convert import session_to_log
 from cachepilot.proxy import ProxyConfig, ProxyEngine, create_app
 from cachepilot.sim import get_profile
-from cachepilot.sim.calibrate import estimate_hidden_prefix
-from cachepilot.sim.replay import ReplayProvider, ReplayScript
 from cachepilot.state_store import MemoryStateStore
 from cachepilot.tokens import get_counter
-from cachepilot.traces import Session, load_paths
+from cachepilot_bench.calibrate import estimate_hidden_prefix
+from cachepilot_bench.replay import ReplayProvider, ReplayScript
+from cachepilot_bench.request_logs import session_to_log
+from cachepilot_bench.traces import Session, load_paths
 
 
 def _bodies(session: Session, script: ReplayScript) -> list[dict[str, Any]]:

@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 
 from cachepilot.memory import SessionMemory
-from cachepilot.memory_eval import compaction_pairs, evaluate_resume, names
-from cachepilot.traces import load_paths
+from cachepilot_bench.memory_eval import compaction_pairs, evaluate_resume, names
+from cachepilot_bench.traces import load_paths
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
 

@@ -1,7 +1,7 @@
 """A tool-heavy coding agent on the OpenAI Agents SDK, with and without cachepilot.
 
 The agent ("Forge") reads, greps, runs tests and edits a small inventory project shipped with
-cachepilot, using real tools over those files (`cachepilot.demo_workload`). The agent code is
+cachepilot, using real tools over those files (`cachepilot_bench.demo_workload`). The agent code is
 ordinary Agents SDK code; cachepilot attaches through one run config (`run_config`), plus
 `wrap` where the agent holds a model instance.
 
@@ -32,17 +32,17 @@ from agents import Agent, FunctionTool, Runner, SQLiteSession, set_tracing_disab
 from agents.tool_context import ToolContext
 
 from cachepilot import CachePilot, SQLiteArtifactStore
-from cachepilot.demo_workload import (
+from cachepilot.sim import get_profile
+from cachepilot.usage import Usage
+from cachepilot_agents import CachePilotAgents
+from cachepilot_bench.demo_workload import (
     DEMO_TOOL_SCHEMAS,
     DemoToolState,
     build_demo_session,
     run_demo_tool,
 )
-from cachepilot.sim import get_profile
-from cachepilot.sim.replay import ReplayProvider, ReplayScript
-from cachepilot.usage import Usage
-from cachepilot_agents import CachePilotAgents
-from cachepilot_agents.replay import run_script
+from cachepilot_bench.frameworks.agents_replay import run_script
+from cachepilot_bench.replay import ReplayProvider, ReplayScript
 
 PROFILE = "openai-gpt-5.4-mini"
 

@@ -11,7 +11,9 @@ Run: uv run python examples/core_quickstart.py
 from __future__ import annotations
 
 from cachepilot import CachePilot, Config, InMemoryArtifactStore, Message
-from cachepilot.demo_workload import (
+from cachepilot.pricing import cost
+from cachepilot.sim import CacheSimulator, Request, get_profile
+from cachepilot_bench.demo_workload import (
     DEMO_TOOL_SCHEMAS,
     DemoToolState,
     build_demo_session,
@@ -19,8 +21,6 @@ from cachepilot.demo_workload import (
     run_demo_tool,
     volatile_system_prompt,
 )
-from cachepilot.pricing import cost
-from cachepilot.sim import CacheSimulator, Request, get_profile
 
 
 def run(pilot: CachePilot | None) -> tuple[float, float, str]:

@@ -26,16 +26,16 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from cachepilot import CachePilot, Config, InMemoryArtifactStore
-from cachepilot.demo_workload import (
+from cachepilot.pricing import cost
+from cachepilot.sim import get_profile
+from cachepilot_bench.demo_workload import (
     DEMO_TOOL_SCHEMAS,
     DemoToolState,
     build_demo_session,
     run_demo_tool,
     volatile_system_prompt,
 )
-from cachepilot.pricing import cost
-from cachepilot.sim import get_profile
-from cachepilot.sim.replay import ReplayProvider, ReplayScript
+from cachepilot_bench.replay import ReplayProvider, ReplayScript
 from cachepilot_langgraph import (
     CachePilotChatModel,
     CachePilotNode,

@@ -22,7 +22,7 @@ from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.messages import Message, ToolCall
 from cachepilot.proxy import ProxyConfig, ProxyEngine, create_app
-from cachepilot.sim.replay import ReplayProvider, ReplayScript, ReplayTurn
+from cachepilot_bench.replay import ReplayProvider, ReplayScript, ReplayTurn
 
 LOG = "\n".join(f"{i:05d} compiling module_{i % 97} ... ok" for i in range(3000))
 CALL = ToolCall("call_1", "bash", json.dumps({"command": "make"}))

@@ -27,7 +27,7 @@ def test_end_to_end_replay_matches_the_bench_prediction() -> None:
         pytest.skip(f"shared traces not found at {TRACES}")
     from agents import set_tracing_disabled
 
-    from cachepilot.traces import load_paths
+    from cachepilot_bench.traces import load_paths
 
     set_tracing_disabled(True)
     bench = load_benchmark()

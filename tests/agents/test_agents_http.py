@@ -25,10 +25,10 @@ from agents_helpers import Clock
 
 from cachepilot import CachePilot
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.demo_workload import build_demo_session
-from cachepilot.sim.replay import ReplayProvider, ReplayScript
 from cachepilot_agents import CachePilotAgents, prompt_cache_key_for
-from cachepilot_agents.replay import run_script
+from cachepilot_bench.demo_workload import build_demo_session
+from cachepilot_bench.frameworks.agents_replay import run_script
+from cachepilot_bench.replay import ReplayProvider, ReplayScript
 
 CASSETTES = Path(__file__).resolve().parent / "cassettes"
 FULL = ReplayScript.from_session(build_demo_session())

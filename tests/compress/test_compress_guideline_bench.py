@@ -9,9 +9,6 @@ from pathlib import Path
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-from cachepilot.bench import BenchConfig, make_strategy, run_bench
-from cachepilot.bench.registry import ALL_STRATEGIES, OPTIONAL_STRATEGIES, available_strategies
-from cachepilot.bench.report import summarize
 from cachepilot.compress import (
     DEFAULT_OBSERVATION_GUIDELINE,
     Guideline,
@@ -20,9 +17,12 @@ from cachepilot.compress import (
     load_guideline,
 )
 from cachepilot.compress.guideline import guideline_text
-from cachepilot.demo_workload import build_demo_session
 from cachepilot.fold import DEFAULT_GUIDELINE, ChatModelSummarizer, FoldRequest
 from cachepilot.messages import Message
+from cachepilot_bench import BenchConfig, make_strategy, run_bench
+from cachepilot_bench.demo_workload import build_demo_session
+from cachepilot_bench.registry import ALL_STRATEGIES, OPTIONAL_STRATEGIES, available_strategies
+from cachepilot_bench.report import summarize
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
 
@@ -119,8 +119,8 @@ def test_llm_strategy_bills_its_compressor_calls() -> None:
 def test_llm_strategy_on_real_traces() -> None:
     if not TRACES.is_dir():
         pytest.skip(f"shared traces not found at {TRACES}")
-    from cachepilot.bench import prepare_sessions
-    from cachepilot.traces import load_paths
+    from cachepilot_bench import prepare_sessions
+    from cachepilot_bench.traces import load_paths
 
     config = BenchConfig(workers=1)
     sessions = prepare_sessions(load_paths([TRACES / "swe_agent"]), config)[:3]

@@ -12,17 +12,17 @@ import pytest
 
 from cachepilot import CachePilot, Config, InMemoryArtifactStore
 from cachepilot.arguments import argument_stub, reduce_arguments
-from cachepilot.bench import BenchConfig
-from cachepilot.bench.harness import run_session
-from cachepilot.bench.ours import CachePilotStrategy
-from cachepilot.bench.report import strategy_totals
-from cachepilot.bench.synthetic import WRITE_TOOLS, large_write_session, module_source
 from cachepilot.maintenance import MaintenanceConfig, prune_candidates
 from cachepilot.messages import Message, ToolCall, message_keys, pairing_issues
 from cachepilot.plan import Edit, Epoch, Plan, PlanRenderer, render_plan
 from cachepilot.recall import recall
 from cachepilot.refs import make_ref
 from cachepilot.tokens import get_counter
+from cachepilot_bench import BenchConfig
+from cachepilot_bench.harness import run_session
+from cachepilot_bench.ours import CachePilotStrategy
+from cachepilot_bench.report import strategy_totals
+from cachepilot_bench.synthetic import WRITE_TOOLS, large_write_session, module_source
 
 REF_NOTE = 'full value: recall(ref="'
 

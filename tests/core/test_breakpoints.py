@@ -12,8 +12,6 @@ import json
 import pytest
 
 from cachepilot import CachePilot, Config, InMemoryArtifactStore
-from cachepilot.bench import BenchConfig, run_bench
-from cachepilot.bench.report import summarize
 from cachepilot.breakpoints import (
     HEADER,
     CacheAnchors,
@@ -21,11 +19,13 @@ from cachepilot.breakpoints import (
     plan_breakpoints,
     request_breakpoints,
 )
-from cachepilot.demo_workload import build_demo_session
 from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall
 from cachepilot.sim import CacheSimulator, Request, get_profile, render_request
 from cachepilot.tokens import TokenCounter
+from cachepilot_bench import BenchConfig, run_bench
+from cachepilot_bench.demo_workload import build_demo_session
+from cachepilot_bench.report import summarize
 
 OVERHEAD = 4
 ANTHROPIC = get_profile("anthropic")

@@ -33,11 +33,11 @@ import pytest
 import vcr
 from openai import OpenAI
 
-from cachepilot.demo_workload import DEMO_TOOL_SCHEMAS, build_demo_session
 from cachepilot.messages import Message, ToolCall
-from cachepilot.sim.replay import ReplayProvider, ReplayScript
 from cachepilot.usage import Usage
 from cachepilot.wire import chat_messages, responses_input
+from cachepilot_bench.demo_workload import DEMO_TOOL_SCHEMAS, build_demo_session
+from cachepilot_bench.replay import ReplayProvider, ReplayScript
 
 CASSETTES = Path(__file__).resolve().parents[1] / "cassettes"
 LIVE_BASE_URL = os.environ.get("CACHEPILOT_LIVE_BASE_URL")

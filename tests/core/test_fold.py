@@ -652,7 +652,7 @@ def test_is_context_length_error_follows_the_cause_chain() -> None:
 def test_fold_on_a_real_trace_shrinks_the_view() -> None:
     if not TRACES.is_dir():
         pytest.skip(f"shared traces not found at {TRACES}")
-    from cachepilot.traces import load_paths
+    from cachepilot_bench.traces import load_paths
 
     counter = get_counter()
     sessions = load_paths([TRACES / "claude_code_spotter"])

@@ -933,7 +933,7 @@ def test_rule_estimator_on_real_traces(capsys: pytest.CaptureFixture[str]) -> No
     if not TRACES.is_dir():
         pytest.skip(f"shared traces not found at {TRACES}")
     from cachepilot.tokens import get_counter
-    from cachepilot.traces import load_paths
+    from cachepilot_bench.traces import load_paths
 
     sessions = load_paths([TRACES])
     counter = get_counter()

@@ -18,14 +18,14 @@ from cachepilot.memory import (
     resume_block,
     shell_facts,
 )
-from cachepilot.memory_eval import (
+from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart, ToolCall
+from cachepilot.tokens import ApproximateEncoding, TokenCounter, get_counter
+from cachepilot_bench.memory_eval import (
     compaction_pairs,
     evaluate_resume,
     names,
     summary_terms,
 )
-from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart, ToolCall
-from cachepilot.tokens import ApproximateEncoding, TokenCounter, get_counter
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
 CC = TRACES / "claude_code_spotter"
@@ -564,7 +564,7 @@ def test_resume_blocks_name_much_of_claude_codes_own_summaries() -> None:
 def test_compaction_pairs_link_the_parts_of_a_session() -> None:
     if not CC.is_dir():
         pytest.skip(f"shared traces not found at {CC}")
-    from cachepilot.traces import load_paths
+    from cachepilot_bench.traces import load_paths
 
     pairs = compaction_pairs(load_paths([CC]))
     assert [(b.id + "#2" == a.id) for b, a in pairs] == [True, True]

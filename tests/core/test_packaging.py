@@ -17,6 +17,7 @@ PACKAGES = {
     "cachepilot": ROOT / "packages" / "core",
     "cachepilot_langgraph": ROOT / "packages" / "langgraph_plugin",
     "cachepilot_openai_agents": ROOT / "packages" / "openai_agents_plugin",
+    "cachepilot_bench": ROOT / "packages" / "bench",
 }
 
 

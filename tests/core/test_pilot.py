@@ -28,14 +28,6 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from cachepilot.artifacts import ArtifactStore, InMemoryArtifactStore, SQLiteArtifactStore
-from cachepilot.demo_workload import (
-    AGENT_SESSION_UUID,
-    DEMO_CWD,
-    TASK2_FIRST_CALL,
-    build_demo_session,
-    call_timestamp,
-    volatile_system_prompt,
-)
 from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall
 from cachepilot.pilot import CachePilot, Config, IngestReport, PilotState
@@ -43,8 +35,16 @@ from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.reduce import NO_OUTPUT, PASSES_BY_NAME, ReduceConfig
 from cachepilot.sim import CacheSimulator, Request, common_prefix, get_profile, render_request
 from cachepilot.tokens import TokenCounter
-from cachepilot.traces.session import Session
 from cachepilot.usage import Usage
+from cachepilot_bench.demo_workload import (
+    AGENT_SESSION_UUID,
+    DEMO_CWD,
+    TASK2_FIRST_CALL,
+    build_demo_session,
+    call_timestamp,
+    volatile_system_prompt,
+)
+from cachepilot_bench.traces.session import Session
 
 PROFILE = "openai-gpt-5.4-mini"
 RECALL_IN_TEXT = re.compile(r'recall\(ref="([0-9a-f]{12})"\)')

@@ -20,12 +20,12 @@ from cachepilot.metrics import (
     LoggingSink,
     Metrics,
     OTelSink,
-    agents_custom_span,
     call_metrics,
     langsmith_metadata,
     thread_metrics,
 )
 from cachepilot.usage import Usage
+from cachepilot_agents.tracing import agents_custom_span
 
 
 def sample(call: int, epoch: int | None = None) -> CallMetrics:

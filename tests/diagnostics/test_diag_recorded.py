@@ -16,10 +16,14 @@ from openai import OpenAI
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.audit import audit_file, load_calls
-from cachepilot.demo_workload import DEMO_TOOL_SCHEMAS, build_demo_session, volatile_system_prompt
 from cachepilot.messages import Message
-from cachepilot.sim.replay import ReplayProvider, ReplayScript
 from cachepilot.wire import chat_messages
+from cachepilot_bench.demo_workload import (
+    DEMO_TOOL_SCHEMAS,
+    build_demo_session,
+    volatile_system_prompt,
+)
+from cachepilot_bench.replay import ReplayProvider, ReplayScript
 
 SESSION = build_demo_session()
 ASSISTANT_AT = SESSION.assistant_indices

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cachepilot.audit import audit_file, sessions_to_log, write_request_log
-from cachepilot.traces import load_paths
+from cachepilot.audit import audit_file
+from cachepilot_bench.request_logs import sessions_to_log, write_request_log
+from cachepilot_bench.traces import load_paths
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
 SESSION = "claude_code_spotter/test/fixtures/transcripts/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"

@@ -35,9 +35,9 @@ from cachepilot.artifacts import SQLiteArtifactStore
 from cachepilot.artifacts.sqlite_readonly import ReadOnlySQLiteArtifactStore, connect_read_only
 from cachepilot.audit import audit_file, load_calls
 from cachepilot.audit.inflate import BodyTooLargeError, body_limit, inflate
-from cachepilot.checkpoint_reader import decode_typed
 from cachepilot.cli import main
 from cachepilot.inspect_state import load_threads
+from cachepilot_langgraph.checkpoint_reader import decode_typed
 
 MONTH = 31 * 24 * 3600
 

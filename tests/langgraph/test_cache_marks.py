@@ -17,7 +17,7 @@ from langgraph.prebuilt import tools_condition
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.messages import Message, ToolCall
-from cachepilot.sim.replay import ReplayProvider, ReplayScript, ReplayTurn
+from cachepilot_bench.replay import ReplayProvider, ReplayScript, ReplayTurn
 from cachepilot_langgraph import (
     CachePilotChatModel,
     CachePilotNode,

@@ -39,9 +39,9 @@ from cachepilot_langgraph.store import (
     PAYLOAD_FORMAT,
     VALUE_FORMAT,
     LangGraphArtifactStore,
-    _thread_from_label,
     thread_label,
 )
+from cachepilot_langgraph.store_layout import thread_from_label
 
 DAY = 24 * 3600.0
 
@@ -244,7 +244,7 @@ def test_thread_labels_are_safe_and_reversible(thread: str) -> None:
         return
     label = thread_label(thread)
     assert set(label) <= set(string.ascii_letters + string.digits + "-_%")
-    assert _thread_from_label(label) == thread
+    assert thread_from_label(label) == thread
 
 
 def test_labels_the_adapter_cannot_make_are_skipped() -> None:
@@ -253,7 +253,7 @@ def test_labels_the_adapter_cannot_make_are_skipped() -> None:
     ref = make_ref("x")
     for label in ["a.b".replace(".", "%2e"), "%FF", "a%2"]:  # lower-case hex, bad UTF-8, cut
         lg.put(("cachepilot", "artifacts", label), ref, {"format": VALUE_FORMAT})
-    assert _thread_from_label("a%2eb") is None
+    assert thread_from_label("a%2eb") is None
     assert store.prune(now=1e12) == 0
     assert len(lg.list_namespaces(prefix=("cachepilot",))) == 3
 
@@ -692,7 +692,7 @@ def test_a_fresh_process_first_put_reads_no_payloads() -> None:
     """The first put scans the namespace (retention, caps): metadata items only."""
     from langgraph.store.base import SearchOp
 
-    import cachepilot_langgraph.store as adapter_module
+    import cachepilot_langgraph.store_ops as adapter_module
 
     read: list[int] = []
 

@@ -98,7 +98,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_is_read_from_the_tree() -> None:
     graph = import_graph()
     assert "cachepilot.pilot" in graph
-    assert "cachepilot.views" in graph["cachepilot.pilot"]
+    assert "cachepilot.prepare" in graph["cachepilot.pilot"]
 
 
 def test_no_import_cycles() -> None:
@@ -109,3 +109,91 @@ def test_no_import_cycles() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+# --------------------------------------------------------------------------------------------
+# The two wings (DESIGN §3): the product imports no agent framework (core) and no measurement.
+
+CORE = "cachepilot"
+PRODUCT = ("cachepilot", "cachepilot_langgraph", "cachepilot_agents")
+FRAMEWORKS = ("langchain", "langgraph", "agents")
+MAX_LINES = 800
+
+
+def _top(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def external_imports(path: Path) -> set[str]:
+    """Absolute names every runtime import of a module names (lazy imports in functions too)."""
+    names: set[str] = set()
+    for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def _in_package(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def framework_imports(modules: dict[str, Path]) -> list[tuple[str, str]]:
+    """(core module, imported name) for every core import of an agent framework."""
+    return sorted(
+        (module, name)
+        for module, path in modules.items()
+        if _in_package(module, CORE)
+        for name in external_imports(path)
+        if _top(name).startswith(FRAMEWORKS)
+    )
+
+
+def bench_imports(modules: dict[str, Path]) -> list[tuple[str, str]]:
+    """(product module, imported name) for every product import of the measurement package."""
+    return sorted(
+        (module, name)
+        for module, path in modules.items()
+        if _top(module) in PRODUCT
+        for name in external_imports(path)
+        if _top(name) == "cachepilot_bench"
+    )
+
+
+def test_core_imports_no_agent_framework() -> None:
+    modules = _modules()
+    assert "cachepilot.metrics" in modules and "cachepilot.inspect_state" in modules
+    assert framework_imports(modules) == []
+
+
+def test_the_product_imports_no_measurement_code() -> None:
+    modules = _modules()
+    assert "cachepilot_bench.harness" in modules  # the bench is in the tree, and looked past
+    assert bench_imports(modules) == []
+
+
+def test_the_import_checks_see_lazy_and_nested_imports(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import langchain_core\n"
+        "def f():\n    from agents.tracing import custom_span\n"
+        "    import cachepilot_bench.replay\n",
+        encoding="utf-8",
+    )
+    modules = {"cachepilot.m": module, "cachepilot_agents.m": module}
+    assert framework_imports(modules) == [("cachepilot.m", "agents.tracing")]
+    assert bench_imports(modules) == [
+        ("cachepilot.m", "cachepilot_bench.replay"),
+        ("cachepilot_agents.m", "cachepilot_bench.replay"),
+    ]
+
+
+def test_no_module_passes_the_size_limit() -> None:
+    too_long = {
+        str(path.relative_to(ROOT)): lines
+        for path in _modules().values()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert too_long == {}

@@ -6,7 +6,7 @@ import json
 
 from cachepilot.messages import Message, ToolCall
 from cachepilot.refs import make_ref
-from cachepilot.sim.replay import ReplayScript, ReplayTurn
+from cachepilot_bench.replay import ReplayScript, ReplayTurn
 
 BIG = "\n".join(f"{i:05d} compiling module_{i % 97} ... ok" for i in range(3000))
 """A noisy build log (~100k characters): reduced at ingestion, its original archived."""

@@ -10,7 +10,7 @@ import pytest
 from proxy_helpers import running_proxy
 from scripts import ANTHROPIC_BASH, BIG, BIG_REF, CALL, FINAL, plain_script, recall_script
 
-from cachepilot.sim.replay import ReplayProvider
+from cachepilot_bench.replay import ReplayProvider
 
 LONG_SYSTEM = "You are a careful build assistant. " + "Follow the house rules. " * 300
 

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from cachepilot.sim.replay import ReplayProvider
+from cachepilot_bench.replay import ReplayProvider
 
 
 def chat_body(*, stream: bool = False) -> dict[str, Any]:

@@ -13,9 +13,9 @@ from openai import AsyncOpenAI
 from proxy_helpers import running_proxy
 from scripts import ANTHROPIC_BASH, BASH, BIG, BIG_REF, CALL, FINAL, SYSTEM, recall_script
 
-from cachepilot.demo_workload import build_demo_session
-from cachepilot.sim.replay import ReplayProvider, ReplayScript
-from cachepilot_agents.replay import replay_agent
+from cachepilot_bench.demo_workload import build_demo_session
+from cachepilot_bench.frameworks.agents_replay import replay_agent
+from cachepilot_bench.replay import ReplayProvider, ReplayScript
 
 
 def lc_history() -> list[object]:

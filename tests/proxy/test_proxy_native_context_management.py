@@ -19,7 +19,7 @@ from scripts import ANTHROPIC_BASH, BIG, CALL, FINAL, FLAT_BASH, SYSTEM, plain_s
 
 from cachepilot.audit import audit_file
 from cachepilot.cli import main as cli_main
-from cachepilot.sim.replay import ReplayProvider
+from cachepilot_bench.replay import ReplayProvider
 
 LONG_SYSTEM = "You are a careful build assistant. " + "Follow the house rules. " * 300
 ANTHROPIC_EDITS = {

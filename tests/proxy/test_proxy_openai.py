@@ -11,8 +11,8 @@ from openai import OpenAI
 from proxy_helpers import running_proxy
 from scripts import BASH, BIG, BIG_REF, CALL, FINAL, FLAT_BASH, SYSTEM, plain_script, recall_script
 
-from cachepilot.demo_workload import volatile_system_prompt
-from cachepilot.sim.replay import ReplayProvider
+from cachepilot_bench.demo_workload import volatile_system_prompt
+from cachepilot_bench.replay import ReplayProvider
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -18,9 +18,9 @@ from cachepilot.artifacts import SQLiteArtifactStore
 from cachepilot.inspect_state import load_threads
 from cachepilot.pilot import CachePilot, Config
 from cachepilot.proxy import ProxyConfig, identify
-from cachepilot.sim.replay import ReplayProvider
 from cachepilot.state_store import SQLiteStateStore
 from cachepilot.wire import read_view, split_like, write_view
+from cachepilot_bench.replay import ReplayProvider
 
 CHAT = {
     "model": "m",

@@ -1,34 +1,73 @@
-"""The `cachepilot` command (DESIGN §8)."""
+"""The `cachepilot` command (DESIGN §8).
+
+The product's subcommands (`audit`, `inspect`, `optimize-guideline`, `proxy`) live here; others
+register through `cachepilot.cli` entry points: `cachepilot-bench` adds `bench` and `demo`.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import sys
-import time
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from typing import Any, TextIO
 
-__all__ = ["main"]
+__all__ = ["CLI_ENTRY_POINTS", "Handler", "main"]
 
 logger = logging.getLogger("cachepilot.cli")
 
+_CORE_COMMANDS = frozenset({"audit", "inspect", "optimize-guideline", "proxy"})
 
-_CLIENT_MARKS: dict[str, Any] = {
-    "choices": ("default", "none"),
-    "default": "default",
-    "help": "explicit-breakpoint providers (anthropic): what the agent marks itself, "
-    "'default' (tools + system and the last message, as Claude Code does) or 'none' "
-    "(no cache_control); cachepilot adds its own marks in either case",
+Handler = Callable[[argparse.Namespace, TextIO, TextIO], int]
+"""A subcommand's handler: parsed arguments, stdout, stderr -> exit status."""
+
+CLI_ENTRY_POINTS = "cachepilot.cli"
+"""Entry-point group of subcommands other packages add: each entry point is named after its
+subcommand and is a callable `register(subparsers) -> Handler`."""
+
+_MEASUREMENT_COMMANDS = {
+    "bench": "replay traces through context-management strategies and price them",
+    "demo": "run the built-in demo session through a real agent, with and without cachepilot",
 }
+"""Subcommands `cachepilot-bench` provides; without it they say how to get them."""
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    from cachepilot.sim import DEFAULT_PROFILE, PROFILES
+def _missing(name: str) -> Handler:
+    def handler(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+        err.write(
+            f"cachepilot {name} is part of the measurement package: install cachepilot-bench "
+            "(pip install cachepilot-bench)\n"
+        )
+        return 2
 
+    return handler
+
+
+def _plugin_commands(sub: Any) -> dict[str, Handler]:
+    """Subcommands registered through `cachepilot.cli` entry points (the bench's)."""
+    handlers: dict[str, Handler] = {}
+    for entry in sorted(entry_points(group=CLI_ENTRY_POINTS), key=lambda e: e.name):
+        if entry.name in handlers or entry.name in _CORE_COMMANDS:
+            logger.warning("ignoring a second %r subcommand from %s", entry.name, entry.value)
+            continue
+        try:
+            register = entry.load()
+        except ImportError as exc:
+            logger.warning("cannot load the %r subcommand (%s): %s", entry.name, entry.value, exc)
+            continue
+        handlers[entry.name] = register(sub)
+    for name, help_text in _MEASUREMENT_COMMANDS.items():
+        if name not in handlers:
+            stub = sub.add_parser(
+                name, help=f"{help_text} (needs cachepilot-bench)", add_help=False
+            )
+            stub.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+            handlers[name] = _missing(name)
+    return handlers
+
+
+def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     parser = argparse.ArgumentParser(
         prog="cachepilot",
         description="Cache-aware context management for LLM agents.",
@@ -36,227 +75,30 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    bench = sub.add_parser(
-        "bench",
-        help="replay traces through context-management strategies and price them",
-        description="Replay agent traces call by call through each strategy and a provider "
-        "prompt-cache simulator. With no TRACES, replays the built-in demo workload.",
-    )
-    bench.add_argument("traces", nargs="*", help="trace files or folders (formats auto-detected)")
-    bench.add_argument(
-        "--strategy",
-        action="append",
-        dest="strategies",
-        metavar="NAME",
-        help="strategy to run (repeatable; default: all)",
-    )
-    bench.add_argument(
-        "--provider",
-        default=DEFAULT_PROFILE,
-        choices=sorted(PROFILES),
-        help=f"provider cache profile (default: {DEFAULT_PROFILE})",
-    )
-    bench.add_argument("--mode", choices=["isolated", "continuous"], default="isolated")
-    bench.add_argument("--client-marks", **_CLIENT_MARKS)
-    bench.add_argument("--chain", type=int, default=4, help="continuous mode: traces per session")
-    bench.add_argument("--json", dest="json_path", metavar="FILE", help="write results as JSON")
-    bench.add_argument("--plot", metavar="FILE", help="write a PNG chart (needs matplotlib)")
-    bench.add_argument("--workers", type=int, default=0, help="processes (default: all cores)")
-    bench.add_argument("--encoding", default="o200k_base", help="tiktoken encoding")
-    bench.add_argument("--limit", type=int, default=0, help="replay only the first N sessions")
-
-    demo = sub.add_parser(
-        "demo",
-        help="run the built-in demo session through a real agent, with and without cachepilot",
-        description="Runs the built-in coding session (two tasks, volatile system prompt, "
-        "large reads, logs, HTML) through a real LangChain create_agent agent (ChatOpenAI) "
-        "with and without CachePilotMiddleware. The model is the embedded replay provider "
-        "(recorded turns, usage from the cache simulator on the bodies the framework sent; "
-        "no API key) unless --live is given. Prints a per-call and a total cost table and "
-        "writes a PNG chart. --engine bench replays every strategy in the simulator instead.",
-    )
-    demo.add_argument("--plot", default="cachepilot-demo.png", metavar="FILE")
-    demo.add_argument("--provider", default=DEFAULT_PROFILE, choices=sorted(PROFILES))
-    demo.add_argument("--json", dest="json_path", metavar="FILE")
-    demo.add_argument("--client-marks", **_CLIENT_MARKS)
-    demo.add_argument(
-        "--engine",
-        choices=("agent", "bench"),
-        default="agent",
-        help="agent: a real create_agent agent (needs cachepilot-langgraph[langchain]); "
-        "bench: every strategy in the simulator",
-    )
-    demo.add_argument(
-        "--live",
-        action="store_true",
-        help="use a real OpenAI-compatible endpoint (OPENAI_API_KEY, optional OPENAI_BASE_URL)",
-    )
-    demo.add_argument("--model", default="gpt-5.4-mini", help="model name sent to the endpoint")
-
-    from cachepilot.audit.cli import add_audit_parser
-    from cachepilot.inspect_state import add_inspect_parser
+    handlers = _plugin_commands(sub)
+    from cachepilot.audit.cli import add_audit_parser, cmd_audit
+    from cachepilot.compress.cli import add_optimize_parser, cmd_optimize
+    from cachepilot.inspect_state import add_inspect_parser, cmd_inspect
+    from cachepilot.proxy.cli import add_proxy_parser, cmd_proxy
 
     add_audit_parser(sub)
     add_inspect_parser(sub)
-    from cachepilot.compress.cli import add_optimize_parser
-
     add_optimize_parser(sub)
-    from cachepilot.proxy.cli import add_proxy_parser
-
     add_proxy_parser(sub)
-    return parser
-
-
-def _load_sessions(paths: Sequence[str]) -> tuple[list[Any], int]:
-    if not paths:
-        from cachepilot.demo_workload import build_demo_session
-
-        return [build_demo_session()], 1
-    from cachepilot.traces import load_paths
-
-    missing = [p for p in paths if not os.path.exists(p)]
-    if missing:
-        raise ValueError(f"no such file or folder: {', '.join(missing)}")
-    sessions = load_paths(paths)
-    return sessions, len({s.path or s.id for s in sessions})
-
-
-def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from cachepilot.bench import ALL_STRATEGIES, BenchConfig, prepare_sessions, run_bench
-    from cachepilot.bench.report import summarize
-    from cachepilot.console import ProgressReporter, write_bench_table
-
-    config = BenchConfig(
-        provider=args.provider,
-        mode=args.mode,
-        chain=args.chain,
-        workers=args.workers,
-        encoding=args.encoding,
-        client_marks=args.client_marks,
+    handlers.update(
+        {
+            "audit": cmd_audit,
+            "inspect": cmd_inspect,
+            "optimize-guideline": cmd_optimize,
+            "proxy": cmd_proxy,
+        }
     )
-    names = args.strategies or list(ALL_STRATEGIES)
-    sessions, traces = _load_sessions(args.traces)
-    if args.limit < 0:
-        raise ValueError("--limit must be >= 0 (0: every session)")
-    sessions = prepare_sessions(sessions, config)
-    if args.limit:
-        sessions = sessions[: args.limit]
-    if not sessions:
-        err.write("no sessions to replay (no trace found or every file was skipped)\n")
-        return 2
-    started = time.monotonic()
-    with ProgressReporter(err, what=f"{len(sessions)} sessions") as progress:
-        results = run_bench(sessions, names, config, progress=progress)
-    wall = time.monotonic() - started
-    doc = summarize(results, config, traces=traces, wall_seconds=wall)
-    write_bench_table(doc, out)
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        out.write(f"wrote {args.json_path}\n")
-    if args.plot:
-        from cachepilot.bench.plot import write_plot
-
-        write_plot(results, args.plot, title=f"cachepilot bench · {config.provider}")
-        out.write(f"wrote {args.plot}\n")
-    return 0
-
-
-PER_CALL_COLUMNS = (
-    "vanilla",
-    "lc-clear-tool-uses-scaled",
-    "lc-summarization",
-    "agents-trimmer",
-    "cachepilot",
-)
-
-
-def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    if args.engine == "agent" or args.live:
-        try:
-            from cachepilot_langgraph.demo import format_report, run_demo, write_chart
-        except ImportError as exc:
-            if args.live:
-                err.write(f"--live needs cachepilot-langgraph[langchain]: {exc}\n")
-                return 2
-            err.write(
-                f"the agent demo needs cachepilot-langgraph[langchain] ({exc}); "
-                "running the simulator demo instead\n"
-            )
-        else:
-            try:
-                report = run_demo(
-                    provider_profile=args.provider,
-                    live=args.live,
-                    model=args.model,
-                    client_marks=args.client_marks,
-                )
-            except ValueError as exc:
-                err.write(f"{exc}\n")
-                return 2
-            out.write(format_report(report) + "\n")
-            if args.json_path:
-                Path(args.json_path).write_text(
-                    json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8"
-                )
-                out.write(f"wrote {args.json_path}\n")
-            try:
-                write_chart(report, args.plot)
-                out.write(f"wrote {args.plot}\n")
-            except ValueError as exc:
-                err.write(f"no chart: {exc}\n")
-            return 0
-    return _cmd_demo_bench(args, out, err)
-
-
-def _cmd_demo_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from cachepilot.bench import ALL_STRATEGIES, BenchConfig, run_bench
-    from cachepilot.bench.plot import write_plot
-    from cachepilot.bench.report import summarize
-    from cachepilot.console import write_bench_table
-    from cachepilot.demo_workload import build_demo_session
-
-    session = build_demo_session()
-    config = BenchConfig(provider=args.provider, workers=1, client_marks=args.client_marks)
-    results = run_bench([session], list(ALL_STRATEGIES), config)
-    by_name = {r.strategy: r for r in results}
-    # The per-call table shows the reference, the peers that changed anything, and cachepilot;
-    # every strategy (ablations included) is in the totals table below.
-    names = [n for n in PER_CALL_COLUMNS if n in by_name]
-    marks = ", agent's own cache marks: none" if config.client_marks == "none" else ""
-    out.write(
-        f"built-in demo session: {session.id}, simulated provider {config.provider}{marks}\n\n"
-    )
-    head = f"{'call':>4} " + " ".join(f"{n[:16]:>16}" for n in names)
-    out.write("input cost per call, USD\n" + head + "\n")
-    per_call: dict[str, dict[int, float]] = {}
-    for name, r in by_name.items():
-        bucket: dict[int, float] = {}
-        for c in r.calls:
-            bucket[c.call_number] = bucket.get(c.call_number, 0.0) + c.input_cost_usd
-        per_call[name] = bucket
-    calls = max((len(b) for b in per_call.values()), default=0)
-    for i in range(calls):
-        row = " ".join(f"{per_call[n].get(i, 0.0):>16.5f}" for n in names)
-        out.write(f"{i:>4} {row}\n")
-    totals = " ".join(f"{sum(per_call[n].values()):>16.5f}" for n in names)
-    out.write(f"{'sum':>4} {totals}\n")
-    doc = summarize(results, config, traces=1)
-    out.write("\n")
-    write_bench_table(doc, out)
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        out.write(f"wrote {args.json_path}\n")
-    try:
-        write_plot(results, args.plot, title="cachepilot demo · " + config.provider)
-        out.write(f"wrote {args.plot}\n")
-    except ValueError as exc:
-        err.write(f"no chart: {exc}\n")
-    return 0
+    return parser, handlers
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `cachepilot` command."""
-    parser = _build_parser()
+    parser, handlers = _build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
@@ -267,16 +109,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     for handler in logging.getLogger().handlers:  # no credential shape reaches the terminal
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
-    from cachepilot.audit.cli import cmd_audit
-    from cachepilot.inspect_state import cmd_inspect
-
-    handlers = {"bench": _cmd_bench, "demo": _cmd_demo, "audit": cmd_audit, "inspect": cmd_inspect}
-    from cachepilot.compress.cli import cmd_optimize
-
-    handlers["optimize-guideline"] = cmd_optimize
-    from cachepilot.proxy.cli import cmd_proxy
-
-    handlers["proxy"] = cmd_proxy
     try:
         return handlers[args.command](args, sys.stdout, sys.stderr)
     except ValueError as exc:

@@ -45,9 +45,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
-from cachepilot.canonical import canonicalize_text, detect_volatile, tool_name
-from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart, content_hash
-from cachepilot.plan import FOLD_ID_PREFIX
+from cachepilot.difference import (
+    Finding,
+    classify_messages,
+    classify_system,
+    classify_tools,
+    message_text,
+)
 from cachepilot.redact import redact, redact_slice
 from cachepilot.sim.profiles import ProviderProfile, get_profile
 from cachepilot.sim.render import (
@@ -139,7 +143,6 @@ invalidates the cached messages, tools and system stay)."""
 
 _SNIPPET_BEFORE = 40
 _SNIPPET_AFTER = 80
-_STUB_RATIO = 0.5
 
 
 @runtime_checkable
@@ -300,24 +303,6 @@ def _coerce(value: RequestLike) -> tuple[Request, Mapping[str, Any], str]:
     )
 
 
-def message_text(message: Message) -> str:
-    """A message as readable text: its parts in order, then its tool calls.
-
-    Reasoning shows as `[reasoning] …`, an image as `[image <url head>]`, a tool call as
-    `[call name {arguments}]`. Divergence offsets in messages are offsets into this text.
-    """
-    pieces: list[str] = []
-    for part in message.parts:
-        if isinstance(part, TextPart):
-            pieces.append(part.text)
-        elif isinstance(part, ReasoningPart):
-            pieces.append(f"[reasoning] {part.text}")
-        elif isinstance(part, ImagePart):
-            pieces.append(f"[image {part.url[:60]}]")
-    pieces.extend(f"[call {call.name} {call.arguments}]" for call in message.tool_calls)
-    return "\n".join(pieces)
-
-
 def _first_difference(a: str, b: str) -> int:
     limit = min(len(a), len(b))
     lo, hi = 0, limit
@@ -343,189 +328,6 @@ def _snippet(text: str, offset: int) -> str:
 
 # --------------------------------------------------------------------------------------------
 # Classification
-
-
-def _volatile_kind(before: str, after: str, offset: int) -> str | None:
-    """The volatile kind whose value changed at `offset`, or None.
-
-    Either the first difference falls inside a detected span of one side, or both texts
-    canonicalize to the same text (only volatile values differ).
-    """
-    for text in (after, before):
-        for span in detect_volatile(text):
-            if span.start <= offset < span.end or (span.start == offset and span.end > offset):
-                return span.kind
-            if span.start > offset:
-                break
-    a, b = canonicalize_text(before), canonicalize_text(after)
-    if a.text == b.text and a.values != b.values:
-        for label, value in b.values.items():
-            if a.values.get(label) != value:
-                return label.rsplit("_", 1)[0]
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class _Finding:
-    cause: CauseKind
-    detail: str
-    what: str
-    notes: tuple[str, ...] = ()
-
-
-def _classify_tools(
-    prev: Sequence[Mapping[str, Any]],
-    cur: Sequence[Mapping[str, Any]],
-    *,
-    index: int,
-    offset: int,
-    before: str,
-    after: str,
-) -> _Finding:
-    names_p = [tool_name(t) for t in prev]
-    names_c = [tool_name(t) for t in cur]
-    added = sorted(set(names_c) - set(names_p))
-    removed = sorted(set(names_p) - set(names_c))
-    if added and removed:
-        return _Finding(
-            "tool_change",
-            "replaced",
-            f"tools replaced: -{', -'.join(removed)} +{', +'.join(added)}",
-        )
-    if added:
-        return _Finding("tool_change", "added", f"tools added: {', '.join(added)}")
-    if removed:
-        return _Finding("tool_change", "removed", f"tools removed: {', '.join(removed)}")
-    if names_p != names_c:
-        return _Finding(
-            "tool_change",
-            "reordered",
-            f"tools reordered: {', '.join(names_p)} → {', '.join(names_c)}",
-        )
-    name = names_c[index] if index < len(names_c) else "?"
-    kind = _volatile_kind(before, after, offset)
-    if kind is not None:
-        return _Finding(
-            "volatile_value", kind, f"volatile value ({kind}) in the schema of tool {name!r}"
-        )
-    return _Finding("tool_change", "schema_changed", f"schema of tool {name!r} changed")
-
-
-def _classify_system(prev: str | None, cur: str | None, offset: int) -> _Finding:
-    if prev is None:
-        return _Finding("system_change", "added", "system prompt added")
-    if cur is None:
-        return _Finding("system_change", "removed", "system prompt removed")
-    kind = _volatile_kind(prev, cur, offset)
-    if kind is not None:
-        return _Finding("volatile_value", kind, f"volatile value ({kind}) in the system prompt")
-    return _Finding("system_change", "edited", "system prompt edited")
-
-
-def _same_calls_modulo_json(p: Message, c: Message) -> bool:
-    if len(p.tool_calls) != len(c.tool_calls):
-        return False
-    return all(
-        a.name == b.name and a.id == b.id and a.parsed_arguments() == b.parsed_arguments()
-        for a, b in zip(p.tool_calls, c.tool_calls, strict=True)
-    )
-
-
-def _reasoning(message: Message) -> tuple[str, ...]:
-    return tuple(p.text for p in message.parts if isinstance(p, ReasoningPart))
-
-
-def _classify_one(p: Message, c: Message, offset: int) -> _Finding:
-    """One message replaced by another at the same place."""
-    if p.role != c.role:
-        return _Finding("history_rewrite", "role_changed", f"role changed {p.role} → {c.role}")
-    before, after = message_text(p), message_text(c)
-    kind = _volatile_kind(before, after, offset)
-    if kind is not None:
-        return _Finding("volatile_value", kind, f"volatile value ({kind}) in a {c.role} message")
-    if p.role == "tool":
-        if len(after) <= _STUB_RATIO * len(before):
-            return _Finding(
-                "history_rewrite",
-                "stubbed",
-                f"tool result {p.name or p.tool_call_id} cleared or stubbed "
-                f"({len(before):,} → {len(after):,} chars)",
-            )
-        return _Finding("history_rewrite", "edited", f"tool result {p.name or ''} edited".strip())
-    if p.role == "assistant":
-        if p.text == c.text and p.tool_calls == c.tool_calls and _reasoning(p) != _reasoning(c):
-            what = "reasoning dropped" if not _reasoning(c) else "reasoning changed"
-            return _Finding("history_rewrite", "reasoning_changed", f"{what} in an assistant turn")
-        if p.text == c.text and _same_calls_modulo_json(p, c):
-            return _Finding(
-                "history_rewrite",
-                "reserialized",
-                "tool-call arguments re-serialized (same JSON, different bytes)",
-            )
-    return _Finding("history_rewrite", "edited", f"{c.role} message edited")
-
-
-def _classify_messages(
-    prev: Sequence[Message], cur: Sequence[Message], i: int, offset: int
-) -> _Finding:
-    hp = [content_hash(m) for m in prev]
-    hc = [content_hash(m) for m in cur]
-    p, c = prev[i], cur[i]
-    if i + 1 < len(prev) and i + 1 < len(cur) and hp[i] == hc[i + 1] and hc[i] == hp[i + 1]:
-        return _Finding("history_rewrite", "reordered", f"messages {i} and {i + 1} swapped")
-    if c.id is not None and c.id.startswith(FOLD_ID_PREFIX):
-        return _Finding("history_rewrite", "folded", "history folded into a summary")
-    later_c = {h: k for k, h in reversed(list(enumerate(hc))) if k > i}
-    later_p = {h: j for j, h in reversed(list(enumerate(hp))) if j > i}
-    if hp[i] in later_c:
-        n = later_c[hp[i]] - i
-        return _Finding(
-            "history_rewrite", "inserted", f"{n} message(s) inserted before message {i}"
-        )
-    if hc[i] in later_p:
-        n = later_p[hc[i]] - i
-        return _Finding("history_rewrite", "removed", f"{n} message(s) removed from message {i}")
-    # Resynchronise: the first later current message that the previous request also has.
-    resync = next(((k, later_p[h]) for k, h in enumerate(hc) if k > i and h in later_p), None)
-    if resync is not None:
-        k, j = resync
-        if k == i + 1 and j > i + 1:
-            replaced = sum(len(message_text(m)) for m in prev[i:j])
-            if c.role in ("user", "system") and len(message_text(c)) < replaced:
-                return _Finding(
-                    "history_rewrite",
-                    "folded",
-                    f"messages {i}..{j - 1} replaced by one summary message",
-                )
-            return _Finding(
-                "history_rewrite", "rewritten", f"messages {i}..{j - 1} replaced by one message"
-            )
-        if k != i + 1 or j != i + 1:
-            return _Finding(
-                "history_rewrite",
-                "rewritten",
-                f"messages {i}..{j - 1} replaced by messages {i}..{k - 1}",
-            )
-    replaced = sum(len(message_text(m)) for m in prev[i:])
-    if (
-        resync is None
-        and len(prev) - i > 2
-        and c.role in ("user", "system")
-        and len(message_text(c)) < replaced
-    ):
-        return _Finding(
-            "history_rewrite",
-            "folded",
-            f"messages {i}..{len(prev) - 1} replaced by a summary (compaction)",
-        )
-    finding = _classify_one(p, c, offset)
-    # The same kind of edit usually comes in batches (every old tool result cleared at once).
-    aligned = min(len(prev), len(cur))
-    changed = sum(1 for x in range(i, aligned) if hp[x] != hc[x])
-    if changed > 1 and finding.cause == "history_rewrite":
-        notes = (f"{changed} of the {aligned - i} messages from message {i} on differ",)
-        return _Finding(finding.cause, finding.detail, finding.what, notes)
-    return finding
 
 
 # --------------------------------------------------------------------------------------------
@@ -602,10 +404,10 @@ def explain(
     reachable = min(a.total_tokens, b.total_tokens)
     anthropic = "anthropic" in (prev_api, cur_api)
 
-    finding: _Finding | None = None
+    finding: Finding | None = None
     effective = common
     if prev_req.model and cur_req.model and prev_req.model != cur_req.model:
-        finding = _Finding(
+        finding = Finding(
             "model_change", cur_req.model, f"model changed {prev_req.model} → {cur_req.model}"
         )
         effective = 0
@@ -617,7 +419,7 @@ def explain(
             cut = 0 if scope == "all" else min(common, header)
             if cut < common:
                 effective = cut
-                finding = _Finding(
+                finding = Finding(
                     "parameter_change",
                     name,
                     f"parameter {name} changed ({_brief(prev_params.get(name))} → "
@@ -633,21 +435,21 @@ def explain(
         # No content difference within the reachable prefix: a miss can only come from the cache.
         total = b.total_tokens
         if prof is not None and total < prof.min_cacheable_tokens:
-            finding = _Finding(
+            finding = Finding(
                 "below_minimum",
                 "request",
                 f"request has {total:,} tokens, below the {prof.min_cacheable_tokens:,}-token "
                 "minimum: never cached",
             )
         elif prof is not None and a.total_tokens < prof.min_cacheable_tokens:
-            finding = _Finding(
+            finding = Finding(
                 "below_minimum",
                 "previous",
                 f"previous request had {a.total_tokens:,} tokens, below the "
                 f"{prof.min_cacheable_tokens:,}-token minimum: nothing was cached",
             )
         elif expired and prof is not None:
-            finding = _Finding(
+            finding = Finding(
                 "ttl_expiry",
                 f"{idle:.0f}s",
                 f"idle {_duration(idle)} > cache TTL {_duration(prof.ttl_seconds)}: the cached "
@@ -657,7 +459,7 @@ def explain(
         else:
             extends = common >= a.total_tokens
             what = "extends the previous request" if extends else "is a prefix of the previous one"
-            finding = _Finding("none", "", f"no break: the request {what}")
+            finding = Finding("none", "", f"no break: the request {what}")
     elif expired and prof is not None:
         notes.append(
             f"the cache had expired anyway (idle {_duration(idle)} > TTL "
@@ -781,9 +583,9 @@ def _grew(div: Divergence, prev: Request, cur: Request) -> bool:
     return p.role == c.role and message_text(c).startswith(message_text(p))
 
 
-def _classify(div: Divergence, prev: Request, cur: Request) -> _Finding:
+def _classify(div: Divergence, prev: Request, cur: Request) -> Finding:
     if div.area == "tools":
-        return _classify_tools(
+        return classify_tools(
             prev.tools,
             cur.tools,
             index=div.index or 0,
@@ -792,9 +594,9 @@ def _classify(div: Divergence, prev: Request, cur: Request) -> _Finding:
             after=_full_tool(cur.tools, div.index or 0),
         )
     if div.area == "system":
-        return _classify_system(prev.system, cur.system, div.char_offset)
+        return classify_system(prev.system, cur.system, div.char_offset)
     index = div.index or 0
-    return _classify_messages(prev.messages, cur.messages, index, div.char_offset)
+    return classify_messages(prev.messages, cur.messages, index, div.char_offset)
 
 
 def _full_tool(tools: Sequence[Mapping[str, Any]], index: int) -> str:

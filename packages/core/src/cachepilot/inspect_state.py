@@ -8,11 +8,11 @@ rate. Sources:
   values holding one under `"cachepilot"` (and the `"messages"`), or `{thread: state, ...}`;
 - an Agents SDK state database: the `cachepilot_state` table the `cachepilot_agents` plugin
   keeps beside an `SQLiteSession` (read with `sqlite3`, no SDK needed);
-- a LangGraph SQLite checkpoint database (`SqliteSaver`), decoded as plain data by
-  `cachepilot.checkpoint_reader`: nothing in the file is imported or run, and what could not
-  be decoded is named in the report;
-- in code, any LangGraph checkpointer: `from_checkpointer(checkpointer, thread_id)` (decoded
-  by that checkpointer's own serializer: use it on your own checkpoints).
+- a LangGraph SQLite checkpoint database (`SqliteSaver`), read by the reader the LangGraph
+  plugin registers (`cachepilot.inspect` entry points; `cachepilot_langgraph.inspect`): decoded
+  as plain data, nothing in the file is imported or run, and what could not be decoded is named
+  in the report. Without `cachepilot-langgraph` installed the command says to install it;
+- in code, any LangGraph checkpointer: `cachepilot_langgraph.inspect.from_checkpointer`.
 
 The command never changes its inputs: databases (the source and `--store`) are opened
 read-only (`cachepilot.artifacts.sqlite_readonly`): no migration, no retention run, no access
@@ -25,13 +25,14 @@ import argparse
 import json
 import logging
 import os
+import sqlite3
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, TextIO
 
-from cachepilot import checkpoint_reader
 from cachepilot.artifacts import ArtifactStore
 from cachepilot.artifacts.sqlite_readonly import connect_read_only
 from cachepilot.messages import Message
@@ -42,12 +43,14 @@ from cachepilot.tokens import TokenCounter, get_counter
 from cachepilot.usage import Usage
 
 __all__ = [
+    "INSPECT_ENTRY_POINTS",
     "STATE_KEY",
+    "CheckpointReader",
     "InspectedThread",
     "add_inspect_parser",
     "cmd_inspect",
     "format_inspect",
-    "from_checkpointer",
+    "from_channel_values",
     "inspect_report",
     "load_threads",
 ]
@@ -58,6 +61,8 @@ STATE_KEY = "cachepilot"
 """Graph-state key under which the LangGraph plugin keeps the thread's `PilotState`."""
 _AGENTS_TABLE = "cachepilot_state"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+INSPECT_ENTRY_POINTS = "cachepilot.inspect"
+"""Entry-point group of checkpoint readers: `langgraph` reads LangGraph checkpoint databases."""
 
 
 @dataclass(slots=True)
@@ -71,6 +76,10 @@ class InspectedThread:
     """The thread's messages, when the source holds them (LangGraph channel values)."""
     updated_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+CheckpointReader = Callable[[sqlite3.Connection, Path, str | None], list[InspectedThread]]
+"""Reads the threads (all, or the one named) of a checkpoint database opened read-only."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,7 +129,10 @@ def _duck_messages(raw: Any) -> list[Message] | None:
     return out
 
 
-def _from_values(values: Mapping[str, Any], thread: str, source: str) -> InspectedThread | None:
+def from_channel_values(
+    values: Mapping[str, Any], thread: str, source: str
+) -> InspectedThread | None:
+    """The thread held in graph-state channel values (None without a pilot state)."""
     raw = values.get(STATE_KEY)
     if raw is None:
         return None
@@ -129,20 +141,30 @@ def _from_values(values: Mapping[str, Any], thread: str, source: str) -> Inspect
     )
 
 
-def from_checkpointer(checkpointer: Any, thread_id: str) -> InspectedThread:
-    """The pilot state of a thread from any LangGraph checkpointer (`get_tuple`).
+def _agents_threads(
+    conn: sqlite3.Connection, path: Path, thread: str | None
+) -> list[InspectedThread]:
+    query = f"SELECT thread, state, updated_at FROM {_AGENTS_TABLE}"
+    rows = conn.execute(query).fetchall()
+    return [
+        InspectedThread(str(t), f"{path.name} ({_AGENTS_TABLE})", _state(s, str(t)), None, u)
+        for t, s, u in rows
+        if thread is None or t == thread
+    ]
 
-    Raises:
-        ValueError: when the thread has no checkpoint or no pilot state.
-    """
-    found = checkpointer.get_tuple({"configurable": {"thread_id": thread_id}})
-    if found is None:
-        raise ValueError(f"no checkpoint for thread {thread_id!r}")
-    values = found.checkpoint.get("channel_values", {})
-    inspected = _from_values(values, thread_id, type(checkpointer).__name__)
-    if inspected is None:
-        raise ValueError(f"thread {thread_id!r} has no '{STATE_KEY}' state in its checkpoint")
-    return inspected
+
+def _checkpoint_reader() -> CheckpointReader | None:
+    """The LangGraph checkpoint reader a plugin registers (`cachepilot.inspect` entry points)."""
+    for entry in entry_points(group=INSPECT_ENTRY_POINTS):
+        if entry.name != "langgraph":
+            continue
+        try:
+            reader: CheckpointReader = entry.load()
+        except ImportError as exc:
+            logger.warning("cannot load the %s checkpoint reader: %s", entry.value, exc)
+            return None
+        return reader
+    return None
 
 
 def _sqlite_threads(path: Path, thread: str | None) -> list[InspectedThread]:
@@ -150,42 +172,19 @@ def _sqlite_threads(path: Path, thread: str | None) -> list[InspectedThread]:
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if _AGENTS_TABLE in tables:
-            query = f"SELECT thread, state, updated_at FROM {_AGENTS_TABLE}"
-            rows = conn.execute(query).fetchall()
-            return [
-                InspectedThread(
-                    str(t), f"{path.name} ({_AGENTS_TABLE})", _state(s, str(t)), None, u
-                )
-                for t, s, u in rows
-                if thread is None or t == thread
-            ]
+            return _agents_threads(conn, path, thread)
         if "checkpoints" not in tables:
             raise ValueError(
                 f"{path}: neither an Agents SDK state database ({_AGENTS_TABLE}) nor a "
                 "LangGraph checkpoint database (checkpoints)"
             )
-        out: list[InspectedThread] = []
-        for tid in checkpoint_reader.thread_ids(conn):
-            if thread is not None and tid != thread:
-                continue
-            try:
-                decoded = checkpoint_reader.latest_channel_values(conn, tid)
-            except ValueError as exc:
-                logger.warning("thread %s: %s", tid, exc)
-                continue
-            if decoded is None:
-                continue
-            skipped = decoded.describe_skipped()
-            if skipped:
-                logger.warning("thread %s: not decoded (left out, nothing run): %s", tid, skipped)
-            item = _from_values(decoded.value, tid, path.name)
-            if item is None:
-                logger.info("thread %r has no '%s' state in its checkpoint", tid, STATE_KEY)
-                continue
-            if skipped:
-                item.extra["not_decoded"] = skipped
-            out.append(item)
-        return out
+        reader = _checkpoint_reader()
+        if reader is None:
+            raise ValueError(
+                f"{path} is a LangGraph checkpoint database: install cachepilot-langgraph "
+                "to inspect it"
+            )
+        return reader(conn, path, thread)
     finally:
         conn.close()
 
@@ -221,7 +220,7 @@ def _json_threads(data: Any, file: Path, thread: str | None) -> list[InspectedTh
     name = thread or file.stem
     if _looks_like_state(data):
         return [InspectedThread(name, file.name, _state(data, file.name))]
-    single = _from_values(data, name, file.name)
+    single = from_channel_values(data, name, file.name)
     if single is not None:
         return [single]
     out: list[InspectedThread] = []
@@ -231,7 +230,7 @@ def _json_threads(data: Any, file: Path, thread: str | None) -> list[InspectedTh
         if _looks_like_state(value):
             out.append(InspectedThread(str(key), file.name, _state(value, str(key))))
         else:
-            nested = _from_values(value, str(key), file.name)
+            nested = from_channel_values(value, str(key), file.name)
             if nested is not None:
                 out.append(nested)
     return out

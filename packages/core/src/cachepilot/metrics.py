@@ -1,5 +1,5 @@
 """Per-call and per-thread cache metrics, and where they go: memory, logs, OpenTelemetry,
-LangSmith run metadata, Agents SDK trace spans.
+LangSmith run metadata (Agents SDK trace spans: `cachepilot_agents.tracing`).
 
 ```python
 from cachepilot.metrics import Metrics, OTelSink, call_metrics, langsmith_metadata
@@ -10,22 +10,19 @@ record = call_metrics(usage, thread="t1", call=7, provider="openai-gpt-5.4-mini"
                       epoch=2, epoch_reason="cost-model")
 metrics.record(record)                               # counters, histograms and one span
 langsmith_metadata(record, metrics.thread("t1"))     # flat dict for run metadata
-with agents_custom_span(record):                     # a custom span in Agents SDK traces
-    ...
 ```
 
-Nothing here imports OpenTelemetry or the Agents SDK at module import: `OTelSink` and
-`agents_custom_span` import them when used (install `cachepilot[otel]` for OpenTelemetry).
+Nothing here imports OpenTelemetry at module import: `OTelSink` imports it when used (install
+`cachepilot[otel]`). No agent framework is imported at all.
 Metric attributes never carry payload text, only counts, names and reasons. Thread ids go on
 spans, not on metric attributes (they would make every metric series unbounded).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -40,7 +37,6 @@ __all__ = [
     "MetricsSink",
     "OTelSink",
     "ThreadMetrics",
-    "agents_custom_span",
     "call_metrics",
     "langsmith_metadata",
     "thread_metrics",
@@ -439,25 +435,3 @@ def langsmith_metadata(
         if epochs:
             out["cachepilot_thread_last_epoch_reason"] = epochs[-1]["reason"]
     return out
-
-
-@contextlib.contextmanager
-def agents_custom_span(
-    call: CallMetrics, thread: ThreadMetrics | None = None, *, name: str = "cachepilot"
-) -> Iterator[Any]:
-    """A custom span in the OpenAI Agents SDK trace carrying the call's metrics.
-
-    Yields the SDK span (None when the Agents SDK is not installed: nothing is traced).
-    Use inside a run (the SDK attaches it to the current trace).
-    """
-    try:
-        from agents.tracing import custom_span
-    except ImportError:
-        logger.debug("openai-agents is not installed; no custom span")
-        yield None
-        return
-    data: dict[str, Any] = call.to_dict()
-    if thread is not None:
-        data["thread_totals"] = thread.to_dict()
-    with custom_span(name, data=data) as span:
-        yield span

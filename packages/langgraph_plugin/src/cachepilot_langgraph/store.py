@@ -58,18 +58,12 @@ import asyncio
 import base64
 import binascii
 import builtins
-import json
 import logging
-import string
-import threading
 import time
-import weakref
-from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeAlias, TypeVar, cast
-from urllib.parse import unquote
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, TypeVar, cast
 
-from langgraph.store.base import BaseStore, Item, PutOp
+from langgraph.store.base import BaseStore, Item
 
 from cachepilot.artifacts.base import (
     AUTO_PRUNE_INTERVAL_SECONDS,
@@ -88,10 +82,41 @@ from cachepilot.artifacts.base import (
     check_same_content,
     check_thread,
     encode_payload,
-    load_meta,
     now_from,
 )
 from cachepilot.refs import content_digest, is_ref
+from cachepilot_langgraph.store_layout import (
+    DEFAULT_ARTIFACT_NAMESPACE,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_PAGE_SIZE,
+    INLINE_FORMAT,
+    PAYLOAD_FORMAT,
+    TOMBSTONE_FORMAT,
+    TOMBSTONE_PREFIX,
+    VALUE_FORMAT,
+    Record,
+    ascii_meta,
+    check_media_type,
+    check_namespace,
+    check_positive_int,
+    lru_victims,
+    parse_record,
+    thread_from_label,
+    thread_label,
+)
+from cachepilot_langgraph.store_ops import (
+    Delete,
+    Flow,
+    ListNamespaces,
+    Op,
+    Put,
+    Search,
+    anative,
+    execute,
+    get_item,
+    put_tombstones,
+    shared_state,
+)
 
 __all__ = [
     "DEFAULT_ARTIFACT_NAMESPACE",
@@ -106,189 +131,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-
-DEFAULT_ARTIFACT_NAMESPACE: tuple[str, ...] = ("cachepilot", "artifacts")
-"""Namespace prefix of the artifacts in the `BaseStore` (the thread label is appended)."""
-DEFAULT_MAX_PAYLOAD_BYTES: int = 128 * 1024 * 1024
-"""Largest payload one item holds (128 MiB: about 171 MiB of base64, under PostgreSQL's
-``jsonb`` limit)."""
-VALUE_FORMAT = "cachepilot.artifact/2"
-"""The ``format`` field of every artifact's metadata item (its payload is a separate item)."""
-INLINE_FORMAT = "cachepilot.artifact/1"
-"""The first layout: metadata and payload (``data_b64``) in one item; still read."""
-PAYLOAD_FORMAT = "cachepilot.payload/1"
-"""The ``format`` field of a payload item."""
-
-TOMBSTONE_FORMAT = "cachepilot.removed/1"
-"""The ``format`` field of the item that says why an artifact is gone."""
-_TOMBSTONE_PREFIX = "removed-"
-
-_SAFE_LABEL_CHARS = frozenset(string.ascii_letters + string.digits + "-_")
-_DEFAULT_PAGE_SIZE = 100
-
-
-def thread_label(thread: str) -> str:
-    """The namespace label of a thread: UTF-8 percent-encoding of all but ``[A-Za-z0-9_-]``.
-
-    Raises:
-        ValueError: for an empty or non-UTF-8-encodable thread id.
-    """
-    check_thread(thread)
-    return "".join(
-        char if char in _SAFE_LABEL_CHARS else "".join(f"%{b:02X}" for b in char.encode("utf-8"))
-        for char in thread
-    )
-
-
-def _thread_from_label(label: str) -> str | None:
-    """The thread id of a label made by `thread_label`, or None for a label it cannot make."""
-    try:
-        thread = unquote(label, errors="strict")
-    except UnicodeDecodeError:
-        return None
-    if not thread or thread_label(thread) != label:
-        return None
-    return thread
-
-
-# --- storage operations ------------------------------------------------------------------------
-# The logic of every method is written once, as a generator that yields these operations and
-# receives their results; `_run` executes them with the store's sync methods and `_arun` with its
-# native async ones, so the async twins never block the event loop nor use worker threads.
-
-
-@dataclass(frozen=True, slots=True)
-class _Get:
-    namespace: tuple[str, ...]
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Put:
-    namespace: tuple[str, ...]
-    key: str
-    value: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class _PutMany:
-    namespace: tuple[str, ...]
-    items: tuple[tuple[str, dict[str, Any]], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Delete:
-    namespace: tuple[str, ...]
-    keys: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Search:
-    namespace: tuple[str, ...]
-    offset: int
-    limit: int
-
-
-@dataclass(frozen=True, slots=True)
-class _ListNamespaces:
-    prefix: tuple[str, ...]
-    offset: int
-    limit: int
-
-
-_Op: TypeAlias = _Get | _Put | _PutMany | _Delete | _Search | _ListNamespaces
-_Flow: TypeAlias = Generator[_Op, Any, _T]
-
-
-def _get(namespace: tuple[str, ...], key: str) -> _Flow[Item | None]:
-    result = yield _Get(namespace, key)
-    return cast("Item | None", result)
-
-
-def _tombstones(
-    namespace: tuple[str, ...], refs: Sequence[str], reason: str, now: float
-) -> _Flow[None]:
-    """Remember why `refs` are gone (one batch)."""
-    if refs:
-        value = {"format": TOMBSTONE_FORMAT, "reason": reason, "at": now}
-        yield _PutMany(namespace, tuple((_TOMBSTONE_PREFIX + ref, value) for ref in refs))
-
-
-@dataclass(frozen=True, slots=True)
-class _Record:
-    """A parsed artifact value (without its payload)."""
-
-    info: ArtifactInfo
-    seq: int
-
-    def lru_key(self) -> tuple[float, float, int]:
-        return (self.info.last_access, self.info.created_at, self.seq)
-
-    def age_key(self) -> tuple[float, int]:
-        return (self.info.created_at, self.seq)
-
-
-def _parse(value: object, thread: str, ref: str) -> _Record | None:
-    """The record of an artifact value, or None when it is not one of ours."""
-    if not isinstance(value, Mapping) or value.get("format") not in (VALUE_FORMAT, INLINE_FORMAT):
-        return None
-    try:
-        flags = (value["is_text"], value["media_type"], value["meta_json"], value["sha256"])
-        if not isinstance(flags[0], bool) or not all(isinstance(f, str) for f in flags[1:]):
-            return None
-        if value["format"] == INLINE_FORMAT and not isinstance(value["data_b64"], str):
-            return None
-        info = ArtifactInfo(
-            ref=ref,
-            thread=thread,
-            is_text=flags[0],
-            media_type=flags[1],
-            meta=load_meta(flags[2]),
-            created_at=float(value["created_at"]),
-            last_access=float(value["last_access"]),
-            access_count=int(value["access_count"]),
-            size=int(value["size"]),
-            sha256=flags[3],
-        )
-        return _Record(info, int(value.get("seq", 0)))
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _ascii_meta(meta_json: str) -> str:
-    """`meta_json` re-escaped to ASCII (no NUL, no lone surrogate reaches the backend)."""
-    return json.dumps(
-        json.loads(meta_json), sort_keys=True, ensure_ascii=True, separators=(",", ":")
-    )
-
-
-def _check_media_type(media_type: str) -> str:
-    if not media_type.isascii() or not media_type.isprintable():
-        raise ValueError(f"media_type must be printable ASCII, got {media_type!r}")
-    return media_type
-
-
-def _check_namespace(namespace: object) -> tuple[str, ...]:
-    if isinstance(namespace, str) or not isinstance(namespace, Sequence) or not namespace:
-        raise ValueError(f"namespace must be a non-empty tuple of str labels, got {namespace!r}")
-    labels = tuple(namespace)
-    for label in labels:
-        if not isinstance(label, str) or not label or "." in label or "\x00" in label:
-            raise ValueError(
-                f"namespace labels must be non-empty str without '.' or NUL, got {label!r}"
-            )
-    if labels[0] == "langgraph":
-        raise ValueError("namespace must not start with 'langgraph' (reserved by LangGraph)")
-    return labels
-
-
-def _check_positive_int(name: str, value: object, *, allow_none: bool) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        kind = "a positive int or None" if allow_none else "a positive int"
-        raise ValueError(f"{name} must be {kind}, got {value!r}")
-    return value
 
 
 class LangGraphArtifactStore(BaseArtifactStore):
@@ -344,7 +186,7 @@ class LangGraphArtifactStore(BaseArtifactStore):
         clock: Clock = time.time,
         auto_prune: bool = True,
         max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
-        page_size: int = _DEFAULT_PAGE_SIZE,
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
         if not isinstance(store, BaseStore):
             raise ValueError(
@@ -352,13 +194,13 @@ class LangGraphArtifactStore(BaseArtifactStore):
             )
         self._init_store(retention_seconds, max_bytes_per_thread, max_total_bytes, clock)
         self.store = store
-        self.namespace = _check_namespace(namespace)
-        self.max_payload_bytes = _check_positive_int(
+        self.namespace = check_namespace(namespace)
+        self.max_payload_bytes = check_positive_int(
             "max_payload_bytes", max_payload_bytes, allow_none=True
         )
-        self.page_size = cast(int, _check_positive_int("page_size", page_size, allow_none=False))
+        self.page_size = cast(int, check_positive_int("page_size", page_size, allow_none=False))
         self._auto_prune = bool(auto_prune)
-        self._shared = _shared_state(store, self.namespace)
+        self._shared = shared_state(store, self.namespace)
 
     def __repr__(self) -> str:
         return (
@@ -478,7 +320,7 @@ class LangGraphArtifactStore(BaseArtifactStore):
 
     # -- drivers ----------------------------------------------------------------------------
 
-    def _run(self, flow: _Flow[_T]) -> _T:
+    def _run(self, flow: Flow[_T]) -> _T:
         try:
             result: Any = None
             while True:
@@ -486,11 +328,11 @@ class LangGraphArtifactStore(BaseArtifactStore):
                     op = flow.send(result)
                 except StopIteration as stop:
                     return cast(_T, stop.value)
-                result = self._execute(op)
+                result = execute(self.store, op)
         finally:
             flow.close()
 
-    async def _arun(self, flow: _Flow[_T]) -> _T:
+    async def _arun(self, flow: Flow[_T]) -> _T:
         try:
             result: Any = None
             while True:
@@ -502,30 +344,10 @@ class LangGraphArtifactStore(BaseArtifactStore):
         finally:
             flow.close()
 
-    def _execute(self, op: _Op) -> object:
-        store = self.store
-        if isinstance(op, _Get):
-            return store.get(op.namespace, op.key, refresh_ttl=False)
-        if isinstance(op, _Put):
-            store.put(op.namespace, op.key, op.value, index=False, ttl=None)
-            return None
-        if isinstance(op, _PutMany):
-            store.batch([PutOp(op.namespace, k, v, index=False, ttl=None) for k, v in op.items])
-            return None
-        if isinstance(op, _Delete):
-            if len(op.keys) == 1:
-                store.delete(op.namespace, op.keys[0])
-            elif op.keys:
-                store.batch([PutOp(op.namespace, key, None) for key in op.keys])
-            return None
-        if isinstance(op, _Search):
-            return store.search(op.namespace, limit=op.limit, offset=op.offset, refresh_ttl=False)
-        return store.list_namespaces(prefix=op.prefix, limit=op.limit, offset=op.offset)
-
-    async def _aexecute(self, op: _Op) -> object:
+    async def _aexecute(self, op: Op) -> object:
         if not self._shared.sync_only:
             try:
-                return await self._anative(op)
+                return await anative(self.store, op)
             except NotImplementedError:
                 # A sync-only store (`SqliteStore`, `PostgresStore`) refuses the async API
                 # before doing anything, so the same operation is retried on its sync API.
@@ -534,53 +356,29 @@ class LangGraphArtifactStore(BaseArtifactStore):
                     type(self.store).__name__,
                 )
                 self._shared.sync_only = True
-        return await asyncio.to_thread(self._execute, op)
-
-    async def _anative(self, op: _Op) -> object:
-        store = self.store
-        if isinstance(op, _Get):
-            return await store.aget(op.namespace, op.key, refresh_ttl=False)
-        if isinstance(op, _Put):
-            await store.aput(op.namespace, op.key, op.value, index=False, ttl=None)
-            return None
-        if isinstance(op, _PutMany):
-            await store.abatch(
-                [PutOp(op.namespace, k, v, index=False, ttl=None) for k, v in op.items]
-            )
-            return None
-        if isinstance(op, _Delete):
-            if len(op.keys) == 1:
-                await store.adelete(op.namespace, op.keys[0])
-            elif op.keys:
-                await store.abatch([PutOp(op.namespace, key, None) for key in op.keys])
-            return None
-        if isinstance(op, _Search):
-            return await store.asearch(
-                op.namespace, limit=op.limit, offset=op.offset, refresh_ttl=False
-            )
-        return await store.alist_namespaces(prefix=op.prefix, limit=op.limit, offset=op.offset)
+        return await asyncio.to_thread(execute, self.store, op)
 
     # -- flows --------------------------------------------------------------------------------
 
-    def _flow_insert(self, thread: str, enc: Encoded, now: float) -> _Flow[int | None]:
+    def _flow_insert(self, thread: str, enc: Encoded, now: float) -> Flow[int | None]:
         size = len(enc.data)
         if self.max_payload_bytes is not None and size > self.max_payload_bytes:
             raise ValueError(
                 f"payload of {size} bytes exceeds max_payload_bytes={self.max_payload_bytes} "
                 "of this LangGraph store adapter"
             )
-        media_type = _check_media_type(enc.media_type)
+        media_type = check_media_type(enc.media_type)
         evicted = 0
         if self._auto_prune and self._auto_prune_due(now):
             evicted += yield from self._flow_sweep(now, None, retention=True)
         namespace = self.namespace_of(thread)
-        item = yield from _get(namespace, enc.ref)
+        item = yield from get_item(namespace, enc.ref)
         if item is not None:
-            record = _parse(item.value, thread, enc.ref)
+            record = parse_record(item.value, thread, enc.ref)
             if record is not None:
                 check_same_content(enc, record.info.sha256)
                 if now > record.info.last_access:
-                    yield _Put(namespace, enc.ref, {**item.value, "last_access": now})
+                    yield Put(namespace, enc.ref, {**item.value, "last_access": now})
                 return None
             logger.warning("replacing an unreadable item at artifact ref %s", enc.ref)
         value = {
@@ -590,7 +388,7 @@ class LangGraphArtifactStore(BaseArtifactStore):
             "size": size,
             "is_text": enc.is_text,
             "media_type": media_type,
-            "meta_json": _ascii_meta(enc.meta_json),
+            "meta_json": ascii_meta(enc.meta_json),
             "created_at": now,
             "last_access": now,
             "access_count": 0,
@@ -598,23 +396,23 @@ class LangGraphArtifactStore(BaseArtifactStore):
         }
         payload = {"format": PAYLOAD_FORMAT, "data_b64": base64.b64encode(enc.data).decode("ascii")}
         # The payload first: metadata never names a payload that is not there.
-        yield _Put(self.payload_namespace_of(thread), enc.ref, payload)
-        yield _Put(namespace, enc.ref, value)
+        yield Put(self.payload_namespace_of(thread), enc.ref, payload)
+        yield Put(namespace, enc.ref, value)
         self._add_bytes(thread, size)
         evicted += yield from self._flow_enforce_caps(thread, enc.ref, now)
         return evicted
 
-    def _flow_fetch(self, thread: str, ref: str) -> _Flow[Artifact | None]:
-        item = yield from _get(self.namespace_of(thread), ref)
+    def _flow_fetch(self, thread: str, ref: str) -> Flow[Artifact | None]:
+        item = yield from get_item(self.namespace_of(thread), ref)
         if item is None:
             return None
-        record = _parse(item.value, thread, ref)
+        record = parse_record(item.value, thread, ref)
         if record is None:
             logger.warning("item at artifact ref %s is not a cachepilot artifact", ref)
             return None
         encoded = item.value.get("data_b64")
         if item.value.get("format") == VALUE_FORMAT:
-            payload = yield from _get(self.payload_namespace_of(thread), ref)
+            payload = yield from get_item(self.payload_namespace_of(thread), ref)
             value = None if payload is None else payload.value
             encoded = value.get("data_b64") if isinstance(value, Mapping) else None
         try:
@@ -630,18 +428,18 @@ class LangGraphArtifactStore(BaseArtifactStore):
             return None
         return artifact_from(record.info, data)
 
-    def _flow_removed(self, thread: str, ref: str) -> _Flow[str | None]:
-        item = yield from _get(self.namespace_of(thread), _TOMBSTONE_PREFIX + ref)
+    def _flow_removed(self, thread: str, ref: str) -> Flow[str | None]:
+        item = yield from get_item(self.namespace_of(thread), TOMBSTONE_PREFIX + ref)
         value = None if item is None else item.value
         if isinstance(value, Mapping) and value.get("format") == TOMBSTONE_FORMAT:
             reason = value.get("reason")
             return reason if isinstance(reason, str) else None
         return None
 
-    def _flow_count_access(self, thread: str, ref: str, now: float) -> _Flow[bool]:
+    def _flow_count_access(self, thread: str, ref: str, now: float) -> Flow[bool]:
         namespace = self.namespace_of(thread)
-        item = yield from _get(namespace, ref)
-        record = None if item is None else _parse(item.value, thread, ref)
+        item = yield from get_item(namespace, ref)
+        record = None if item is None else parse_record(item.value, thread, ref)
         if item is None or record is None:
             return False
         value = {
@@ -649,41 +447,41 @@ class LangGraphArtifactStore(BaseArtifactStore):
             "access_count": record.info.access_count + 1,
             "last_access": max(record.info.last_access, now),
         }
-        yield _Put(namespace, ref, value)
+        yield Put(namespace, ref, value)
         return True
 
-    def _flow_list(self, thread: str) -> _Flow[builtins.list[ArtifactInfo]]:
+    def _flow_list(self, thread: str) -> Flow[builtins.list[ArtifactInfo]]:
         entries = yield from self._flow_items(self.namespace_of(thread), thread)
         records = sorted(
-            (record for _key, record in entries if record is not None), key=_Record.age_key
+            (record for _key, record in entries if record is not None), key=Record.age_key
         )
         self._set_thread_bytes(thread, sum(record.info.size for record in records))
         return [record.info for record in records]
 
-    def _flow_delete_one(self, thread: str, ref: str) -> _Flow[bool]:
+    def _flow_delete_one(self, thread: str, ref: str) -> Flow[bool]:
         namespace = self.namespace_of(thread)
-        item = yield from _get(namespace, ref)
+        item = yield from get_item(namespace, ref)
         if item is None:
             return False
         yield from self._flow_drop(thread, (ref,))
-        record = _parse(item.value, thread, ref)
+        record = parse_record(item.value, thread, ref)
         if record is not None:
             self._add_bytes(thread, -record.info.size)
         return True
 
-    def _flow_drop(self, thread: str, refs: tuple[str, ...]) -> _Flow[None]:
+    def _flow_drop(self, thread: str, refs: tuple[str, ...]) -> Flow[None]:
         """Delete artifacts: their metadata items, then their payload items."""
-        yield _Delete(self.namespace_of(thread), refs)
-        yield _Delete(self.payload_namespace_of(thread), refs)
+        yield Delete(self.namespace_of(thread), refs)
+        yield Delete(self.payload_namespace_of(thread), refs)
 
-    def _flow_delete_all(self, thread: str) -> _Flow[int]:
+    def _flow_delete_all(self, thread: str) -> Flow[int]:
         namespace = self.namespace_of(thread)
         tombstones: builtins.list[tuple[str, float]] = []
         entries = yield from self._flow_items(namespace, thread, tombstones)
         if entries:
             yield from self._flow_drop(thread, tuple(key for key, _record in entries))
         if tombstones:
-            yield _Delete(namespace, tuple(key for key, _at in tombstones))
+            yield Delete(namespace, tuple(key for key, _at in tombstones))
         shared = self._shared
         with shared.lock:
             if shared.total_bytes is not None:
@@ -696,21 +494,21 @@ class LangGraphArtifactStore(BaseArtifactStore):
         namespace: tuple[str, ...],
         thread: str,
         tombstones: builtins.list[tuple[str, float]] | None = None,
-    ) -> _Flow[builtins.list[tuple[str, _Record | None]]]:
+    ) -> Flow[builtins.list[tuple[str, Record | None]]]:
         """Every ref-keyed item of one namespace, parsed, read page by page (and, into
         `tombstones` when given, the key and time of every tombstone)."""
         seen: set[str] = set()
-        entries: builtins.list[tuple[str, _Record | None]] = []
+        entries: builtins.list[tuple[str, Record | None]] = []
         offset = 0
         while True:
-            page = cast("builtins.list[Item]", (yield _Search(namespace, offset, self.page_size)))
+            page = cast("builtins.list[Item]", (yield Search(namespace, offset, self.page_size)))
             fresh = 0
             for item in page:
                 # A search covers deeper namespaces too: only this thread's own items count.
                 if tuple(item.namespace) != namespace:
                     continue
                 if not is_ref(item.key):
-                    if tombstones is not None and item.key.startswith(_TOMBSTONE_PREFIX):
+                    if tombstones is not None and item.key.startswith(TOMBSTONE_PREFIX):
                         at = item.value.get("at") if isinstance(item.value, Mapping) else None
                         if item.key not in seen:
                             seen.add(item.key)
@@ -723,14 +521,14 @@ class LangGraphArtifactStore(BaseArtifactStore):
                     continue
                 seen.add(item.key)
                 fresh += 1
-                entries.append((item.key, _parse(item.value, thread, item.key)))
+                entries.append((item.key, parse_record(item.value, thread, item.key)))
             # A short page ends the listing; so does a page with nothing new (a store that
             # ignores offsets would otherwise loop forever).
             if len(page) < self.page_size or (fresh == 0 and page):
                 return entries
             offset += len(page)
 
-    def _flow_namespaces(self) -> _Flow[builtins.list[tuple[tuple[str, ...], str]]]:
+    def _flow_namespaces(self) -> Flow[builtins.list[tuple[tuple[str, ...], str]]]:
         """(namespace, thread) of every thread holding items under this adapter's prefix."""
         found: dict[tuple[str, ...], str] = {}
         depth = len(self.namespace) + 1
@@ -738,13 +536,13 @@ class LangGraphArtifactStore(BaseArtifactStore):
         while True:
             page = cast(
                 "builtins.list[tuple[str, ...]]",
-                (yield _ListNamespaces(self.namespace, offset, self.page_size)),
+                (yield ListNamespaces(self.namespace, offset, self.page_size)),
             )
             fresh = 0
             for namespace in map(tuple, page):
                 if len(namespace) != depth or namespace[: depth - 1] != self.namespace:
                     continue
-                thread = _thread_from_label(namespace[-1])
+                thread = thread_from_label(namespace[-1])
                 if thread is None or namespace in found:
                     continue
                 found[namespace] = thread
@@ -753,7 +551,7 @@ class LangGraphArtifactStore(BaseArtifactStore):
                 return list(found.items())
             offset += len(page)
 
-    def _flow_enforce_caps(self, thread: str, keep: str, now: float) -> _Flow[int]:
+    def _flow_enforce_caps(self, thread: str, keep: str, now: float) -> Flow[int]:
         """Enforce the caps after `keep` was put in `thread` (never evicting it)."""
         removed = 0
         cap = self.limits.max_bytes_per_thread
@@ -765,10 +563,10 @@ class LangGraphArtifactStore(BaseArtifactStore):
                 records = [record for _key, record in entries if record is not None]
                 used = sum(record.info.size for record in records)
                 self._set_thread_bytes(thread, used)
-                victims = _lru_victims(records, used - cap, {(thread, keep)})
+                victims = lru_victims(records, used - cap, {(thread, keep)})
                 if victims:
                     gone = [v.info.ref for v in victims]
-                    yield from _tombstones(namespace, gone, REMOVED_BY_SIZE, now)
+                    yield from put_tombstones(namespace, gone, REMOVED_BY_SIZE, now)
                     yield from self._flow_drop(thread, tuple(gone))
                     self._add_bytes(thread, -sum(v.info.size for v in victims))
                     removed += len(victims)
@@ -782,11 +580,11 @@ class LangGraphArtifactStore(BaseArtifactStore):
 
     def _flow_sweep(
         self, now: float, keep: tuple[str, str] | None, *, retention: bool
-    ) -> _Flow[int]:
+    ) -> Flow[int]:
         """Scan the whole namespace: retention (when asked), then both caps; resets the tallies."""
         protected = set() if keep is None else {keep}
         removed = 0
-        by_thread: dict[str, builtins.list[_Record]] = {}
+        by_thread: dict[str, builtins.list[Record]] = {}
         seconds = self.limits.retention_seconds if retention else None
         # All namespaces are listed before anything is deleted: deleting shifts the pages.
         forget = now - max(seconds or 0.0, TOMBSTONE_SECONDS)
@@ -796,7 +594,7 @@ class LangGraphArtifactStore(BaseArtifactStore):
             records = [record for _key, record in entries if record is not None]
             stale = tuple(key for key, at in tombstones if at < forget)
             if stale and retention:
-                yield _Delete(namespace, stale)
+                yield Delete(namespace, stale)
             if seconds is not None:
                 cutoff = now - seconds
                 expired = [
@@ -806,7 +604,7 @@ class LangGraphArtifactStore(BaseArtifactStore):
                 ]
                 if expired:
                     gone = {r.info.ref for r in expired}
-                    yield from _tombstones(namespace, sorted(gone), REMOVED_BY_RETENTION, now)
+                    yield from put_tombstones(namespace, sorted(gone), REMOVED_BY_RETENTION, now)
                     yield from self._flow_drop(thread, tuple(r.info.ref for r in expired))
                     removed += len(expired)
                     records = [r for r in records if r.info.ref not in gone]
@@ -815,11 +613,11 @@ class LangGraphArtifactStore(BaseArtifactStore):
         if cap is not None:
             for thread, records in by_thread.items():
                 used = sum(r.info.size for r in records)
-                victims = _lru_victims(records, used - cap, protected)
+                victims = lru_victims(records, used - cap, protected)
                 if victims:
                     doomed_refs = [v.info.ref for v in victims]
                     namespace = self.namespace_of(thread)
-                    yield from _tombstones(namespace, doomed_refs, REMOVED_BY_SIZE, now)
+                    yield from put_tombstones(namespace, doomed_refs, REMOVED_BY_SIZE, now)
                     yield from self._flow_drop(thread, tuple(doomed_refs))
                     removed += len(victims)
                     by_thread[thread] = [r for r in records if r.info.ref not in doomed_refs]
@@ -827,13 +625,13 @@ class LangGraphArtifactStore(BaseArtifactStore):
         if total_cap is not None:
             everything = [r for records in by_thread.values() for r in records]
             total = sum(r.info.size for r in everything)
-            victims = _lru_victims(everything, total - total_cap, protected)
+            victims = lru_victims(everything, total - total_cap, protected)
             doomed: dict[str, set[str]] = {}
             for victim in victims:
                 doomed.setdefault(victim.info.thread, set()).add(victim.info.ref)
             for thread, refs in doomed.items():
                 ordered = sorted(refs)
-                yield from _tombstones(self.namespace_of(thread), ordered, REMOVED_BY_SIZE, now)
+                yield from put_tombstones(self.namespace_of(thread), ordered, REMOVED_BY_SIZE, now)
                 yield from self._flow_drop(thread, tuple(ordered))
                 by_thread[thread] = [r for r in by_thread[thread] if r.info.ref not in refs]
             removed += len(victims)
@@ -878,50 +676,3 @@ class LangGraphArtifactStore(BaseArtifactStore):
         with shared.lock:
             shared.last_seq = max(time.time_ns(), shared.last_seq + 1)
             return shared.last_seq
-
-
-@dataclass(slots=True)
-class _Shared:
-    """What the adapters over one store and namespace share in this process."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    thread_bytes: dict[str, int] = field(default_factory=dict)
-    """Running byte totals per thread (absent: not known yet), reset by every full scan."""
-    total_bytes: int | None = None
-    """Running byte total of the namespace (None: not known yet)."""
-    next_auto_prune: float = 0.0
-    last_seq: int = 0
-    sync_only: bool = False
-    """The store refused its async API (`NotImplementedError`): async twins use worker threads."""
-
-
-_SHARED: weakref.WeakKeyDictionary[BaseStore, dict[tuple[str, ...], _Shared]] = (
-    weakref.WeakKeyDictionary()
-)
-_SHARED_LOCK = threading.Lock()
-
-
-def _shared_state(store: BaseStore, namespace: tuple[str, ...]) -> _Shared:
-    """The shared state of `store` + `namespace` (a private one when the store is unhashable)."""
-    try:
-        with _SHARED_LOCK:
-            return _SHARED.setdefault(store, {}).setdefault(namespace, _Shared())
-    except TypeError:
-        return _Shared()
-
-
-def _lru_victims(
-    records: builtins.list[_Record], excess: int, protected: set[tuple[str, str]]
-) -> builtins.list[_Record]:
-    """Least-recently-accessed records whose removal brings the size down by `excess`."""
-    victims: builtins.list[_Record] = []
-    if excess <= 0:
-        return victims
-    for record in sorted(records, key=_Record.lru_key):
-        if excess <= 0:
-            break
-        if (record.info.thread, record.info.ref) in protected:
-            continue
-        victims.append(record)
-        excess -= record.info.size
-    return victims

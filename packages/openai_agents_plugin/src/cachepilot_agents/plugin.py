@@ -45,7 +45,7 @@ from agents.usage import Usage as SdkUsage
 
 from cachepilot import CachePilot
 from cachepilot.artifacts.base import check_thread
-from cachepilot.metrics import agents_custom_span, call_metrics, thread_metrics
+from cachepilot.metrics import call_metrics, thread_metrics
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.usage import Usage
 from cachepilot_agents._context import PREPARED, PreparedCall
@@ -60,6 +60,7 @@ from cachepilot_agents.runs import RunScopes, current_run
 from cachepilot_agents.session import CachePilotSession, session_proxy
 from cachepilot_agents.state import SQLiteStateStore, StateStore, default_state_path
 from cachepilot_agents.tools import answer_recall, recall_tool
+from cachepilot_agents.tracing import agents_custom_span
 from cachepilot_agents.view import ToolSchemas, build_view
 
 __all__ = ["CachePilotAgents", "PilotInputFilter", "prompt_cache_key_for"]

@@ -13,13 +13,12 @@ for call in report.prefix_breaks:
 Inputs: vcrpy cassettes (YAML or JSON) and JSONL request logs of OpenAI Chat, OpenAI
 Responses and Anthropic Messages calls (`cachepilot.audit.sources`). Calls are grouped into
 threads (`cachepilot.audit.threads`), simulated under a provider profile and explained with
-`cachepilot.diagnose.explain` (`cachepilot.audit.run`). `cachepilot.audit.convert` turns
-recorded trajectories (`cachepilot.traces`) into request logs.
+`cachepilot.diagnose.explain` (`cachepilot.audit.run`); `cachepilot_bench.request_logs` turns
+recorded trajectories into request logs.
 """
 
 from __future__ import annotations
 
-from cachepilot.audit.convert import session_to_log, sessions_to_log, write_request_log
 from cachepilot.audit.report import format_report
 from cachepilot.audit.run import (
     AuditReport,
@@ -58,7 +57,4 @@ __all__ = [
     "load_calls",
     "parse_body",
     "parse_response",
-    "session_to_log",
-    "sessions_to_log",
-    "write_request_log",
 ]

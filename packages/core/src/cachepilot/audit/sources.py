@@ -3,7 +3,7 @@
 A **request log** holds one JSON object per line, either a bare request body or an entry
 `{"api": "chat" | "responses" | "anthropic", "url_path": "/v1/chat/completions",
 "timestamp": 1700000000.0 | "2025-11-21T11:03:00Z" | null, "request": {...}, "usage": {...},
-"response": {...}}` (every key but `request` optional; `cachepilot.sim.replay` writes them).
+"response": {...}}` (every key but `request` optional; `cachepilot_bench.replay` writes them).
 A **cassette** is vcrpy's `{"interactions": [{"request": {...}, "response": {...}}]}`, or the
 `langchain_tests` layout `{"requests": [...], "responses": [...]}` (two parallel lists), in YAML
 (one or several documents, plain or `.yaml.gz`) or JSON. Only POSTs to a model endpoint
@@ -30,6 +30,7 @@ import os
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -43,7 +44,6 @@ from cachepilot.audit.inflate import (
 )
 from cachepilot.messages import Message
 from cachepilot.sim.render import Request
-from cachepilot.traces._common import iso_to_unix
 from cachepilot.usage import Usage
 from cachepilot.wire import Api, api_from_path, detect_api, parse_body, parse_response
 
@@ -53,6 +53,7 @@ __all__ = [
     "calls_from_cassette",
     "calls_from_entries",
     "calls_from_interactions",
+    "iso_to_unix",
     "load_calls",
 ]
 
@@ -60,6 +61,23 @@ logger = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 256 * 1024 * 1024
 """A compressed cassette (`.yaml.gz`) expands to at most this (and 100× its size)."""
+
+
+def iso_to_unix(value: Any) -> float | None:
+    """ISO-8601 text (`Z` or offset; naive means UTC) or a number -> unix seconds."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
 
 
 @dataclass(frozen=True, slots=True)

@@ -358,7 +358,7 @@ class _Probe:
 def _facts_by_source(messages: Sequence[Message]) -> tuple[dict[int, set[str]], dict[int, int]]:
     """Facts used later, by the index of the tool message they came from; and the index of
     the first assistant message that used each source."""
-    from cachepilot.bench.fidelity import FactIndex  # the bench's own definition of a fact
+    from cachepilot.facts import FactIndex  # the same definition of a fact the bench measures
 
     index = FactIndex(messages)
     by_source: dict[int, set[str]] = {}

@@ -8,14 +8,12 @@ usage = sim.submit(Request(system="You are…", messages=history), output_tokens
 usage.cached_tokens, sim.last.prefix_extends
 ```
 
-The replay provider (`ReplayProvider`, `ReplayScript`, `ReplayTurn`, `ReplayRecord`, from
-`cachepilot.sim.replay`) serves a recorded session as an OpenAI-compatible endpoint on
-loopback; it loads on first use, so importing this package stays light.
+The replay provider (an OpenAI-compatible endpoint serving a recorded session) and the
+calibration against recorded usage are measurement tools: `cachepilot_bench.replay`,
+`cachepilot_bench.calibrate`.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
 
 from cachepilot.sim.engine import CacheSimulator, SubmitRecord
 from cachepilot.sim.profiles import (
@@ -36,11 +34,6 @@ from cachepilot.sim.render import (
     render_request,
 )
 
-if TYPE_CHECKING:
-    from cachepilot.sim.replay import ReplayProvider, ReplayRecord, ReplayScript, ReplayTurn
-
-_LAZY = frozenset({"ReplayProvider", "ReplayRecord", "ReplayScript", "ReplayTurn"})
-
 __all__ = [
     "DEFAULT_PROFILE",
     "LOGICAL_STEP_SECONDS",
@@ -50,10 +43,6 @@ __all__ = [
     "MatchRule",
     "ProviderProfile",
     "RenderedRequest",
-    "ReplayProvider",
-    "ReplayRecord",
-    "ReplayScript",
-    "ReplayTurn",
     "Request",
     "Segment",
     "SubmitRecord",
@@ -62,12 +51,3 @@ __all__ = [
     "get_profile",
     "render_request",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # The replay provider pulls in http.server: load it only when asked for.
-    if name in _LAZY:
-        from cachepilot.sim import replay
-
-        return getattr(replay, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 Every profile names how a hit is found (`match`), its granularity and minimum, its TTL, and
 whether writes are billed. The rules are the providers' documented ones, adjusted where the
-recorded usage in real traces says otherwise (see `cachepilot.sim.calibrate`).
+recorded usage in real traces says otherwise (see `cachepilot_bench.calibrate`).
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ PROFILES: dict[str, ProviderProfile] = {
                 'Anthropic prompt caching with the 1-hour TTL (`ttl: "1h"`, what Claude Code '
                 "uses): same rules as `anthropic`, writes billed at 2x input. Calibrated on "
                 "Claude Code traces: each call reads the previous call's last breakpoint and "
-                "writes the new tokens (see `cachepilot.sim.calibrate`)."
+                "writes the new tokens (see `cachepilot_bench.calibrate`)."
             ),
             match="breakpoints",
             bills_writes=True,

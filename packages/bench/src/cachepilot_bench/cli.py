@@ -1,0 +1,243 @@
+"""`cachepilot bench` and `cachepilot demo`: registered with the core's command through the
+`cachepilot.cli` entry points of this package."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from cachepilot.sim import DEFAULT_PROFILE, PROFILES
+
+__all__ = ["PER_CALL_COLUMNS", "register_bench", "register_demo"]
+
+Handler = Callable[[argparse.Namespace, TextIO, TextIO], int]
+
+
+_CLIENT_MARKS: dict[str, Any] = {
+    "choices": ("default", "none"),
+    "default": "default",
+    "help": "explicit-breakpoint providers (anthropic): what the agent marks itself, "
+    "'default' (tools + system and the last message, as Claude Code does) or 'none' "
+    "(no cache_control); cachepilot adds its own marks in either case",
+}
+
+
+def register_bench(sub: Any) -> Handler:
+    """Add the `bench` subcommand to the core's subparsers; returns its handler."""
+    bench = sub.add_parser(
+        "bench",
+        help="replay traces through context-management strategies and price them",
+        description="Replay agent traces call by call through each strategy and a provider "
+        "prompt-cache simulator. With no TRACES, replays the built-in demo workload.",
+    )
+    bench.add_argument("traces", nargs="*", help="trace files or folders (formats auto-detected)")
+    bench.add_argument(
+        "--strategy",
+        action="append",
+        dest="strategies",
+        metavar="NAME",
+        help="strategy to run (repeatable; default: all)",
+    )
+    bench.add_argument(
+        "--provider",
+        default=DEFAULT_PROFILE,
+        choices=sorted(PROFILES),
+        help=f"provider cache profile (default: {DEFAULT_PROFILE})",
+    )
+    bench.add_argument("--mode", choices=["isolated", "continuous"], default="isolated")
+    bench.add_argument("--client-marks", **_CLIENT_MARKS)
+    bench.add_argument("--chain", type=int, default=4, help="continuous mode: traces per session")
+    bench.add_argument("--json", dest="json_path", metavar="FILE", help="write results as JSON")
+    bench.add_argument("--plot", metavar="FILE", help="write a PNG chart (needs matplotlib)")
+    bench.add_argument("--workers", type=int, default=0, help="processes (default: all cores)")
+    bench.add_argument("--encoding", default="o200k_base", help="tiktoken encoding")
+    bench.add_argument("--limit", type=int, default=0, help="replay only the first N sessions")
+    return _cmd_bench
+
+
+def register_demo(sub: Any) -> Handler:
+    """Add the `demo` subcommand to the core's subparsers; returns its handler."""
+    demo = sub.add_parser(
+        "demo",
+        help="run the built-in demo session through a real agent, with and without cachepilot",
+        description="Runs the built-in coding session (two tasks, volatile system prompt, "
+        "large reads, logs, HTML) through a real LangChain create_agent agent (ChatOpenAI) "
+        "with and without CachePilotMiddleware. The model is the embedded replay provider "
+        "(recorded turns, usage from the cache simulator on the bodies the framework sent; "
+        "no API key) unless --live is given. Prints a per-call and a total cost table and "
+        "writes a PNG chart. --engine bench replays every strategy in the simulator instead.",
+    )
+    demo.add_argument("--plot", default="cachepilot-demo.png", metavar="FILE")
+    demo.add_argument("--provider", default=DEFAULT_PROFILE, choices=sorted(PROFILES))
+    demo.add_argument("--json", dest="json_path", metavar="FILE")
+    demo.add_argument("--client-marks", **_CLIENT_MARKS)
+    demo.add_argument(
+        "--engine",
+        choices=("agent", "bench"),
+        default="agent",
+        help="agent: a real create_agent agent (needs cachepilot-langgraph[langchain]); "
+        "bench: every strategy in the simulator",
+    )
+    demo.add_argument(
+        "--live",
+        action="store_true",
+        help="use a real OpenAI-compatible endpoint (OPENAI_API_KEY, optional OPENAI_BASE_URL)",
+    )
+    demo.add_argument("--model", default="gpt-5.4-mini", help="model name sent to the endpoint")
+    return _cmd_demo
+
+
+def _load_sessions(paths: Sequence[str]) -> tuple[list[Any], int]:
+    if not paths:
+        from cachepilot_bench.demo_workload import build_demo_session
+
+        return [build_demo_session()], 1
+    from cachepilot_bench.traces import load_paths
+
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise ValueError(f"no such file or folder: {', '.join(missing)}")
+    sessions = load_paths(paths)
+    return sessions, len({s.path or s.id for s in sessions})
+
+
+def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from cachepilot_bench import ALL_STRATEGIES, BenchConfig, prepare_sessions, run_bench
+    from cachepilot_bench.console import ProgressReporter, write_bench_table
+    from cachepilot_bench.report import summarize
+
+    config = BenchConfig(
+        provider=args.provider,
+        mode=args.mode,
+        chain=args.chain,
+        workers=args.workers,
+        encoding=args.encoding,
+        client_marks=args.client_marks,
+    )
+    names = args.strategies or list(ALL_STRATEGIES)
+    sessions, traces = _load_sessions(args.traces)
+    if args.limit < 0:
+        raise ValueError("--limit must be >= 0 (0: every session)")
+    sessions = prepare_sessions(sessions, config)
+    if args.limit:
+        sessions = sessions[: args.limit]
+    if not sessions:
+        err.write("no sessions to replay (no trace found or every file was skipped)\n")
+        return 2
+    started = time.monotonic()
+    with ProgressReporter(err, what=f"{len(sessions)} sessions") as progress:
+        results = run_bench(sessions, names, config, progress=progress)
+    wall = time.monotonic() - started
+    doc = summarize(results, config, traces=traces, wall_seconds=wall)
+    write_bench_table(doc, out)
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        out.write(f"wrote {args.json_path}\n")
+    if args.plot:
+        from cachepilot_bench.plot import write_plot
+
+        write_plot(results, args.plot, title=f"cachepilot bench · {config.provider}")
+        out.write(f"wrote {args.plot}\n")
+    return 0
+
+
+PER_CALL_COLUMNS = (
+    "vanilla",
+    "lc-clear-tool-uses-scaled",
+    "lc-summarization",
+    "agents-trimmer",
+    "cachepilot",
+)
+
+
+def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.engine == "agent" or args.live:
+        try:
+            from cachepilot_bench.frameworks.langgraph_demo import (
+                format_report,
+                run_demo,
+                write_chart,
+            )
+        except ImportError as exc:
+            if args.live:
+                err.write(f"--live needs cachepilot-langgraph[langchain]: {exc}\n")
+                return 2
+            err.write(
+                f"the agent demo needs cachepilot-langgraph[langchain] ({exc}); "
+                "running the simulator demo instead\n"
+            )
+        else:
+            try:
+                report = run_demo(
+                    provider_profile=args.provider,
+                    live=args.live,
+                    model=args.model,
+                    client_marks=args.client_marks,
+                )
+            except ValueError as exc:
+                err.write(f"{exc}\n")
+                return 2
+            out.write(format_report(report) + "\n")
+            if args.json_path:
+                Path(args.json_path).write_text(
+                    json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8"
+                )
+                out.write(f"wrote {args.json_path}\n")
+            try:
+                write_chart(report, args.plot)
+                out.write(f"wrote {args.plot}\n")
+            except ValueError as exc:
+                err.write(f"no chart: {exc}\n")
+            return 0
+    return _cmd_demo_bench(args, out, err)
+
+
+def _cmd_demo_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from cachepilot_bench import ALL_STRATEGIES, BenchConfig, run_bench
+    from cachepilot_bench.console import write_bench_table
+    from cachepilot_bench.demo_workload import build_demo_session
+    from cachepilot_bench.plot import write_plot
+    from cachepilot_bench.report import summarize
+
+    session = build_demo_session()
+    config = BenchConfig(provider=args.provider, workers=1, client_marks=args.client_marks)
+    results = run_bench([session], list(ALL_STRATEGIES), config)
+    by_name = {r.strategy: r for r in results}
+    # The per-call table shows the reference, the peers that changed anything, and cachepilot;
+    # every strategy (ablations included) is in the totals table below.
+    names = [n for n in PER_CALL_COLUMNS if n in by_name]
+    marks = ", agent's own cache marks: none" if config.client_marks == "none" else ""
+    out.write(
+        f"built-in demo session: {session.id}, simulated provider {config.provider}{marks}\n\n"
+    )
+    head = f"{'call':>4} " + " ".join(f"{n[:16]:>16}" for n in names)
+    out.write("input cost per call, USD\n" + head + "\n")
+    per_call: dict[str, dict[int, float]] = {}
+    for name, r in by_name.items():
+        bucket: dict[int, float] = {}
+        for c in r.calls:
+            bucket[c.call_number] = bucket.get(c.call_number, 0.0) + c.input_cost_usd
+        per_call[name] = bucket
+    calls = max((len(b) for b in per_call.values()), default=0)
+    for i in range(calls):
+        row = " ".join(f"{per_call[n].get(i, 0.0):>16.5f}" for n in names)
+        out.write(f"{i:>4} {row}\n")
+    totals = " ".join(f"{sum(per_call[n].values()):>16.5f}" for n in names)
+    out.write(f"{'sum':>4} {totals}\n")
+    doc = summarize(results, config, traces=1)
+    out.write("\n")
+    write_bench_table(doc, out)
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        out.write(f"wrote {args.json_path}\n")
+    try:
+        write_plot(results, args.plot, title="cachepilot demo · " + config.provider)
+        out.write(f"wrote {args.plot}\n")
+    except ValueError as exc:
+        err.write(f"no chart: {exc}\n")
+    return 0

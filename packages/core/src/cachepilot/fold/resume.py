@@ -1,0 +1,63 @@
+"""The zero-LLM summary: the `SessionMemory` resume block of the folded messages (the
+default summarizer, and the fallback whenever another one fails)."""
+
+from __future__ import annotations
+
+from cachepilot.fold.request import FoldMode, FoldRequest
+from cachepilot.memory import SessionMemory
+from cachepilot.tokens import TokenCounter, get_counter
+
+__all__ = ["ResumeBlockSummarizer"]
+
+
+class ResumeBlockSummarizer:
+    """Zero-LLM summarizer: the `SessionMemory` resume block of the folded messages.
+
+    Differential: when the request carries the source messages of the whole range (earlier
+    folds included), the block is rebuilt from all of them, so facts of every part compete
+    for the budget on equal terms. Otherwise the previous summary's lines are kept (as many
+    as fit, from the top) under "Earlier:", followed by the resume block of the new messages.
+    The result always fits the budget under the counter.
+
+    Args:
+        budget_tokens: the summary's size; None takes the request's `budget_tokens`.
+        counter: token counter (default: the shared `tokens.get_counter()`).
+    """
+
+    mode: FoldMode = "standalone"
+
+    def __init__(
+        self, budget_tokens: int | None = None, counter: TokenCounter | None = None
+    ) -> None:
+        if budget_tokens is not None and budget_tokens < 1:
+            raise ValueError(f"budget_tokens must be >= 1, got {budget_tokens}")
+        self.budget_tokens = budget_tokens
+        self.counter = counter
+
+    def summarize(self, request: FoldRequest) -> str:
+        """The resume block (plus the previous summary's lines) within the budget."""
+        counter = self.counter or get_counter()
+        budget = max(1, self.budget_tokens or request.budget_tokens)
+        if request.source_messages:
+            return SessionMemory.from_messages(request.source_messages).resume_block(
+                budget, counter
+            )
+        memory = SessionMemory.from_messages(request.folded_messages)
+        previous = (request.previous_summary or "").strip()
+        if not previous:
+            return memory.resume_block(budget, counter)
+        lines = previous.splitlines()
+        earlier_tokens = counter.count("\n".join(["Earlier:", *lines]))
+        block = memory.resume_block(max(budget // 2, budget - earlier_tokens - 4), counter)
+        while True:
+            pieces = ["\n".join(["Earlier:", *lines])] if lines else []
+            if block:
+                pieces.append(block)
+            text = "\n\n".join(pieces)
+            if not lines or counter.count(text) <= budget:
+                return text
+            lines.pop()
+
+    async def asummarize(self, request: FoldRequest) -> str:
+        """Async `summarize` (the work is CPU-bound and short)."""
+        return self.summarize(request)

@@ -1,0 +1,539 @@
+"""Maintenance points: when and how already-sent history is rewritten, as plan epochs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cachepilot.fold import cut_before, emergency_fold, fold_start, plan_fold
+from cachepilot.lifecycle import LifecycleRegistry, SegmentState
+from cachepilot.maintenance import (
+    Candidate,
+    FoldEstimate,
+    argument_plan,
+    build_edits,
+    decide,
+    fold_estimate,
+    prune_candidates,
+    stub_text,
+    task_fold_estimate,
+)
+from cachepilot.messages import KeyTracker, Message
+from cachepilot.pilot_base import PilotBase, check_pilot_thread, check_request
+from cachepilot.pilot_state import PilotState
+from cachepilot.plan import Edit, Epoch, PlanView
+from cachepilot.pricing import Price
+from cachepilot.settle import settle
+from cachepilot.sim import get_profile
+from cachepilot.tokens import TokenCounter, get_counter
+from cachepilot.view_cache import ViewCache
+
+__all__ = ["Maintenance"]
+
+logger = logging.getLogger(__name__)
+
+
+_MAX_DECISIONS = 50
+
+
+class Maintenance(PilotBase):
+    """Maintenance points of `CachePilot`: the cost-model scheduler decides when already-sent
+    history is rewritten (stubs, eviction, argument reduction, folds) as one plan epoch."""
+
+    def maintain(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] = (),
+        thread: str = "default",
+        *,
+        now: float | None = None,
+        recall: bool | None = None,
+    ) -> bool:
+        """Ask the scheduler only: append a maintenance epoch if this call should be one.
+
+        For graphs with a maintenance step before the model step: call `maintain` there and
+        `prepare(..., maintain=False)` for the model call itself. Returns True when an epoch
+        was appended. Never raises on a scheduler failure (it is logged).
+        """
+        check_pilot_thread(thread)
+        check_request(system, messages, tools)
+        state = self.state(thread)
+        with self._lock:
+            in_tools = self._with_recall(tools, recall)
+            # A scratch copy: the real frozen values change only with an epoch.
+            scratch = state.canonical.model_copy(deep=True)
+            refreshed, _ = self._schedule(
+                thread=thread,
+                state=state,
+                raw_system=system,
+                messages=messages,
+                in_tools=in_tools,
+                request=self._canonical(system, messages, in_tools, scratch),
+                keys=self._trackers.setdefault(thread, KeyTracker()).keys(messages),
+                clock=time.time() if now is None else now,
+                recall=self.config.recall_tool if recall is None else bool(recall),
+            )
+            appended = refreshed is not None
+            state.revision += 1  # decisions and the lifecycle change even without an epoch
+            return appended
+
+    def _schedule(
+        self,
+        *,
+        thread: str,
+        state: PilotState,
+        raw_system: str | None,
+        messages: Sequence[Message],
+        in_tools: list[dict[str, Any]],
+        request: tuple[str | None, list[Message], list[dict[str, Any]]],
+        keys: Sequence[str],
+        clock: float,
+        recall: bool,
+    ) -> tuple[tuple[str | None, list[Message], list[dict[str, Any]]] | None, PlanView | None]:
+        """Ask the scheduler about `request` (canonical).
+
+        Returns:
+            (None, the view of `request` under the plan, when the scheduler rendered one) when
+            no epoch is appended, else (the request canonicalized again with the frozen values
+            refreshed, None).
+        """
+        system, canon_messages, out_tools = request
+        idle = None if state.last_request_time is None else clock - state.last_request_time
+        appended, rendered = self._maintain(
+            thread=thread,
+            state=state,
+            messages=messages,
+            canon_messages=canon_messages,
+            keys=keys,
+            system=system,
+            tools=out_tools,
+            idle=idle,
+            recall=recall,
+        )
+        if not appended:
+            return None, rendered
+        if not self.config.canonicalize:
+            return request, None
+        # Frozen volatile values refresh at maintenance points only.
+        return self._canonicalizer.apply(
+            raw_system, messages, in_tools, state.canonical, maintenance=True
+        ), None
+
+    def _maintain(
+        self,
+        *,
+        thread: str,
+        state: PilotState,
+        messages: Sequence[Message],
+        canon_messages: Sequence[Message],
+        keys: Sequence[str],
+        system: str | None,
+        tools: Sequence[Mapping[str, Any]],
+        idle: float | None,
+        recall: bool,
+    ) -> tuple[bool, PlanView | None]:
+        """Ask the scheduler whether this call is a maintenance point; append the epoch if so.
+
+        Prune and evict come first; the fold runs only when the context is still above the
+        fold trigger after them. Returns whether an epoch was appended, and the view it
+        judged (None when it rendered none, or when an epoch made it stale). `recall`: the
+        model is offered the recall tool (else no stub or summary names a recall call).
+        Never raises: a failure skips maintenance for this call.
+        """
+        cfg = self.config.maintenance
+        if not cfg.enabled or not messages:
+            return False, None
+        try:
+            counter = get_counter(self.config.encoding)
+            profile = get_profile(self.config.provider)
+            cache = self._views.setdefault(thread, ViewCache())
+            rendered = cache.render(canon_messages, state.plan, keys)
+            view, view_keys = rendered.messages, rendered.keys
+            sizes, view_tokens = cache.sizes(view, counter)
+            ttl = profile.ttl_seconds
+            cold = ttl is not None and idle is not None and idle > ttl
+            # A cold cache makes this rewrite free: evaluate the lifecycle now, so everything
+            # finished by now goes in this epoch rather than breaking a warm prefix later.
+            evictable = (
+                self._evictable(state, messages, keys, cache, force=cold) if cfg.evict else {}
+            )
+            candidates = prune_candidates(
+                view,
+                view_keys,
+                counter,
+                cfg,
+                already=cache.edited_keys(state.plan),
+                evictable=evictable,
+                sizes=sizes,
+            )
+            context = view_tokens + counter.count(system or "")
+            context += self._tools_tokens(tools, counter)
+            window = cfg.context_window or profile.context_window
+            decision, chosen = decide(
+                call=state.calls,
+                messages=view,
+                candidates=candidates,
+                counter=counter,
+                config=cfg,
+                price=profile.price,
+                ttl_seconds=profile.ttl_seconds,
+                idle_seconds=idle,
+                context_tokens=context,
+                context_window=window,
+                stub_tokens=_stub_tokens,
+                sizes=sizes,
+            )
+            prune_decision = decision
+            edits: list[Edit] = []
+            if decision.apply and chosen:
+                edits = self._stub_edits(thread, view, chosen, counter, recall=recall)
+            remaining = context - (decision.removed_tokens if edits else 0)
+            fold_reason = None
+            keep_from: str | None = None
+            task_fold = (
+                self._finished_task_fold(state, rendered, counter, profile.price, sizes, cold=cold)
+                if cfg.fold and cfg.fold_finished_tasks
+                else None
+            )
+            cost_fold = (
+                fold_estimate(view, counter, cfg, profile.price, state.calls, sizes=sizes)
+                if cfg.fold and cfg.fold_by_cost and not edits and task_fold is None
+                else None
+            )
+            if cfg.fold and remaining >= cfg.fold_trigger * window:
+                fold_reason = "fold-trigger"
+            elif task_fold is not None:
+                fold_reason = "finished-task-fold"
+                keep_from, estimate, span = task_fold
+                decision = estimate.decision(state.calls, fold_reason, context, span)
+            elif cost_fold is not None and cost_fold.pays:
+                fold_reason = "cost-model-fold"
+                decision = cost_fold.decision(state.calls, fold_reason, context, 0)
+            if fold_reason is not None:
+                folded = self._fold_edits(
+                    thread=thread,
+                    state=state,
+                    canon_messages=canon_messages,
+                    keys=keys,
+                    pending=edits,
+                    system=system,
+                    counter=counter,
+                    keep_from=keep_from,
+                    recall=recall,
+                )
+                edits += folded
+                if not folded and fold_reason != "fold-trigger":
+                    # No safe range after all: the record says what was done, not the plan.
+                    decision = (
+                        prune_decision
+                        if prune_decision.apply
+                        else prune_decision.model_copy(
+                            update={"reason": f"{fold_reason}: no safe range to fold"}
+                        )
+                    )
+                elif edits and not decision.apply:
+                    decision = decision.model_copy(update={"apply": True, "reason": fold_reason})
+            if edits:
+                state.plan.epochs.append(
+                    Epoch(index=len(state.plan.epochs), reason=decision.reason, edits=edits)
+                )
+                settle(state.plan, state.lifecycle, canon_messages, keys)  # state stays small
+            if decision.apply or decision.candidates:
+                state.decisions.append(decision)
+                del state.decisions[:-_MAX_DECISIONS]
+            if edits:
+                logger.info(
+                    "thread %s: maintenance at call %d (%s): %d edits",
+                    thread,
+                    decision.call,
+                    decision.reason,
+                    len(edits),
+                )
+                return True, None
+            return False, rendered
+        except Exception:
+            logger.warning("thread %s: maintenance skipped after an error", thread, exc_info=True)
+            return False, None  # the plan may have changed half-way: render it afresh
+
+    def _fold_edits(
+        self,
+        *,
+        thread: str,
+        state: PilotState,
+        canon_messages: Sequence[Message],
+        keys: Sequence[str],
+        pending: Sequence[Edit],
+        system: str | None,
+        counter: TokenCounter,
+        emergency: bool = False,
+        keep_from: str | None = None,
+        recall: bool = True,
+    ) -> list[Edit]:
+        """A fold of everything before the protected tail (or before the message keyed
+        `keep_from`), as seen after `pending` edits."""
+        trial = state.plan.model_copy(deep=True)
+        if pending:
+            trial.epochs.append(
+                Epoch(index=len(trial.epochs), reason="pending", edits=list(pending))
+            )
+        args: dict[str, Any] = {
+            "plan": trial,
+            "store": self.store,
+            "thread": thread,
+            "summarizer": self._summarizer,
+            "counter": counter,
+            "epoch_index": len(state.plan.epochs),
+            "system": system,
+            "recall": recall,
+        }
+        if emergency:
+            del args["system"]  # the emergency summary request is always standalone
+            edit = emergency_fold(canon_messages, keys, **args)
+        else:
+            edit = plan_fold(
+                canon_messages,
+                keys,
+                protect_tail_tokens=self.config.maintenance.fold_protect_tokens,
+                summary_tokens=self.config.maintenance.fold_summary_tokens,
+                keep_from=keep_from,
+                **args,
+            )
+        return [edit] if edit is not None else []
+
+    def emergency_fold(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        thread: str = "default",
+        tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        recall: bool | None = None,
+    ) -> bool:
+        """Fold hard after a provider context-length error; call `prepare` again afterwards.
+
+        Pass the same system prompt, transcript, tools and `recall` as to `prepare` (without
+        recall the summary's header names no recall call). Returns True when a fold was added
+        to the plan, False when nothing could be folded (or the fold failed, which is logged):
+        the thread's state is untouched then.
+        """
+        check_pilot_thread(thread)
+        check_request(system, messages, tools)
+        state = self.state(thread)
+        with self._lock:
+            try:
+                # A scratch copy: the real frozen values change only with an epoch.
+                scratch = state.canonical.model_copy(deep=True)
+                system, canon_messages, _ = self._canonical(
+                    system, messages, self._with_recall(tools, recall), scratch
+                )
+                keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
+                counter = get_counter(self.config.encoding)
+                edits = self._fold_edits(
+                    thread=thread,
+                    state=state,
+                    canon_messages=canon_messages,
+                    keys=keys,
+                    pending=[],
+                    system=system,
+                    counter=counter,
+                    emergency=True,
+                    recall=self.config.recall_tool if recall is None else bool(recall),
+                )
+            except Exception:
+                logger.warning("thread %s: emergency fold failed", thread, exc_info=True)
+                return False
+            if not edits:
+                return False
+            state.plan.epochs.append(
+                Epoch(index=len(state.plan.epochs), reason="context-length-error", edits=edits)
+            )
+            state.revision += 1
+            logger.warning("thread %s: emergency fold after a context-length error", thread)
+            return True
+
+    def _finished_task_fold(
+        self,
+        state: PilotState,
+        rendered: PlanView,
+        counter: TokenCounter,
+        price: Price,
+        sizes: Sequence[int],
+        *,
+        cold: bool = False,
+    ) -> tuple[str, FoldEstimate, int] | None:
+        """A fold of the leading finished tasks, when the cost model says it pays (or, on a
+        cold cache, whenever it removes tokens: the rewrite is free then): (key of the first
+        message kept, the estimate, messages folded), else None.
+
+        The run of tasks from the first one that the lifecycle marks evictable is folded; the
+        first task not evictable (the current one at the latest) is kept whole. The current
+        task is expected to run as long as the finished ones did on average.
+        """
+        registry = state.lifecycle
+        tasks = registry.tasks()
+        run = 0
+        while run < len(tasks) and tasks[run].state is SegmentState.EVICTABLE:
+            run += 1
+        if run == 0 or run == len(tasks) or not tasks[run].keys:
+            return None
+        keep_from = tasks[run].keys[0]
+        start = fold_start(rendered.messages, rendered.folds)
+        cut = cut_before(rendered, keep_from, start)
+        if cut is None:
+            return None
+        cfg = self.config.maintenance
+        estimate = task_fold_estimate(
+            sizes,
+            start,
+            cut,
+            config=cfg,
+            price=price,
+            expected_calls=_expected_task_calls(registry, cfg.horizon),
+        )
+        pays = estimate.pays or (cold and estimate.removed_tokens > 0)
+        return (keep_from, estimate, cut - start) if pays else None
+
+    def _evictable(
+        self,
+        state: PilotState,
+        messages: Sequence[Message],
+        keys: Sequence[str],
+        cache: ViewCache,
+        *,
+        force: bool = False,
+    ) -> dict[str, str]:
+        """Keys of tool results whose work unit the lifecycle marks evictable, with why.
+
+        The lifecycle reads the transcript as ingested (not the view: stubs hide outputs) and
+        is evaluated every `maintenance.every` calls (and whenever `force`).
+        """
+        registry = state.lifecycle
+        every = self.config.maintenance.every
+        applied = registry.update(messages, keys, self._estimator, every=every, force=force)
+        # States move one step per evaluation (active -> completed -> evictable); a forced
+        # evaluation settles them, so a free rewrite takes everything finished by now.
+        for _ in range(2):
+            if not (force and applied):
+                break
+            applied = registry.update(messages, keys, self._estimator, every=every, force=True)
+        return cache.evictable(registry)
+
+    def _stub_edits(
+        self,
+        thread: str,
+        view: Sequence[Message],
+        chosen: Sequence[Candidate],
+        counter: TokenCounter,
+        *,
+        recall: bool = True,
+    ) -> list[Edit]:
+        """Archive each chosen result as it stands, then stub it (nothing is lost); without
+        `recall` the stubs name no recall call."""
+        texts: list[str] = []
+        refs: list[str] = []
+        stubbed: list[Candidate] = []
+        arguments: list[Edit] = []
+        for cand in chosen:
+            message = view[cand.index]
+            if cand.kind == "args":
+                arguments.extend(self._argument_edits(thread, message, cand, recall=recall))
+                continue
+            stubbed.append(cand)
+            # Parts (images, reasoning) are archived whole, as the message's JSON.
+            content = (
+                message.content
+                if isinstance(message.content, str)
+                else json.dumps(message.to_dict(), ensure_ascii=False)
+            )
+            ref = self.store.put(
+                thread,
+                content,
+                meta={
+                    "tool": message.name or "tool",
+                    "call_id": message.tool_call_id,
+                    "reason": "evicted" if cand.kind == "evict" else "pruned",
+                    "source": f"call:{message.tool_call_id}",
+                },
+            )
+            refs.append(ref)
+            texts.append(
+                stub_text(cand.kind, message, cand.tokens, ref, cand.reason, recall=recall)
+            )
+        edits = build_edits(stubbed, texts, refs)
+        if not arguments:
+            return edits
+        order = {c.key: c.index for c in chosen}
+        return sorted([*edits, *arguments], key=lambda e: order.get(e.key, -1))
+
+    def _argument_edits(
+        self, thread: str, message: Message, cand: Candidate, *, recall: bool = True
+    ) -> list[Edit]:
+        """Archive the arguments of the candidate's calls (each whole, and each long value on
+        its own, which is what the preview names), then reduce them. A call whose values
+        cannot all be archived keeps its arguments."""
+        cfg = self.config.maintenance
+        out: list[Edit] = []
+        for call in message.tool_calls:
+            if call.id not in cand.calls:
+                continue
+            reduced = argument_plan(call.arguments, cfg, recall=recall)
+            if reduced is None:
+                continue
+            meta = {"tool": call.name, "call_id": call.id, "source": f"call:{call.id}:args"}
+            try:
+                whole = self.store.put(thread, call.arguments, meta={**meta, "reason": "arguments"})
+                stored = [
+                    self.store.put(thread, value, meta={**meta, "reason": "argument"})
+                    for value, _ in reduced.values
+                ]
+            except Exception:
+                logger.warning(
+                    "thread %s: arguments of call %s could not be archived; kept as they are",
+                    thread,
+                    call.id,
+                    exc_info=True,
+                )
+                continue
+            if stored != [ref for _, ref in reduced.values]:
+                logger.error("thread %s: argument ref mismatch; call %s kept", thread, call.id)
+                continue
+            out.append(
+                Edit(kind="args", key=cand.key, text=reduced.text, ref=whole, call_id=call.id)
+            )
+        return out
+
+    async def amaintain(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] = (),
+        thread: str = "default",
+        *,
+        now: float | None = None,
+        recall: bool | None = None,
+    ) -> bool:
+        """Async twin of `maintain` (a fold may call a model: run off the event loop)."""
+        return await asyncio.to_thread(
+            self.maintain, system, messages, tools, thread, now=now, recall=recall
+        )
+
+
+def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:
+    """Calls the current task is expected to run from now: as long as the finished tasks ran
+    on average, and at least `horizon` × the calls it has run so far."""
+    total, finished = registry.finished_task_calls()
+    current = registry.segments.get(registry.current_task or "")
+    elapsed = registry.calls - current.created_at_call if current is not None else 0
+    mean = total / finished if finished else 0.0
+    return max(round(mean - elapsed), round(elapsed * horizon))
+
+
+def _stub_tokens(candidate: Candidate) -> int:
+    # A stub is about 30 tokens whatever it names (its exact text needs the ref); reduced
+    # arguments were counted when the candidate was found.
+    return candidate.kept_tokens

@@ -1,0 +1,212 @@
+"""Preparation: the request of one model call, and its cache breakpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import operator
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cachepilot.breakpoints import advance_anchors, plan_breakpoints
+from cachepilot.maintain import Maintenance
+from cachepilot.messages import KeyTracker, Message
+from cachepilot.pilot_base import check_pilot_thread, check_request
+from cachepilot.pilot_state import PilotState
+from cachepilot.plan import PlanView
+from cachepilot.sim import Request, get_profile, render_request
+from cachepilot.tokens import TokenCounter, get_counter
+from cachepilot.view_cache import ViewCache
+
+__all__ = ["Preparation"]
+
+logger = logging.getLogger(__name__)
+
+
+class Preparation(Maintenance):
+    """Once per model call: canonicalize, apply the plan (a maintenance point when the
+    scheduler says so), add `recall`, check pairing; and the cache breakpoints."""
+
+    def prepare(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] = (),
+        thread: str = "default",
+        *,
+        now: float | None = None,
+        maintain: bool = True,
+        recall: bool | None = None,
+    ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
+        """Build the request of one model call: (system, messages, tools).
+
+        Deterministic: the same transcript, state and `now` give a byte-identical request
+        (`now` matters only for the cold-cache rule; pass the framework's request time to
+        replay exactly, else the wall clock is used). Inputs are never mutated; unchanged
+        messages are returned as the same objects, and the returned tool dicts are shared
+        between calls: treat them as read-only. With `maintain=False` the scheduler is not
+        asked (a graph whose maintenance node already called `maintain` for this call).
+        `recall` says whether the recall tool is offered (default: `Config.recall_tool`); a
+        plugin keeps it the same for the whole thread, so the tool list never changes.
+        """
+        check_pilot_thread(thread)
+        check_request(system, messages, tools)
+        state = self.state(thread)
+        if self._compressor is not None:
+            self._compressor.note_history(thread, messages)  # context for later compressions
+        with self._lock:
+            # The recall tool joins before canonicalization: it is ordered and key-sorted like
+            # every other tool, and part of the tool set from the first call on.
+            in_tools = self._with_recall(tools, recall)
+            offer = self.config.recall_tool if recall is None else bool(recall)
+            request = self._canonical(system, messages, in_tools, state.canonical)
+            keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
+            cache = self._views.setdefault(thread, ViewCache())
+            clock = time.time() if now is None else now
+            rendered = None
+            if maintain:
+                refreshed, rendered = self._schedule(
+                    thread=thread,
+                    state=state,
+                    raw_system=system,
+                    messages=messages,
+                    in_tools=in_tools,
+                    request=request,
+                    keys=keys,
+                    clock=clock,
+                    recall=offer,
+                )
+                request = refreshed or request
+            system, canon_messages, out_tools = request
+            if rendered is None:  # no scheduler, or an epoch was appended: render (again)
+                rendered = cache.render(canon_messages, state.plan, keys)
+            view = rendered.messages
+            issues, missing = self._pairing_issues(cache, view, thread)
+            if missing:
+                view = _with_missing(cache, rendered, missing)
+            fingerprint = self._fingerprint(out_tools)
+            changed = state.tools_fingerprint is not None and fingerprint != state.tools_fingerprint
+            if changed and not self.config.canonicalize:  # the canonicalizer logs it otherwise
+                logger.info("thread %s: tool set changed (the cached prefix breaks here)", thread)
+            state.tools_fingerprint = fingerprint
+            state.calls += 1
+            state.revision += 1
+            state.last_request_time = clock
+        if issues:
+            logger.warning(
+                "thread %s: the history breaks tool-call pairing (%s); calls without a result "
+                "get a synthetic error result in the request, anything else is sent as is",
+                thread,
+                "; ".join(str(i) for i in issues[:3]),
+            )
+        return system, view, out_tools
+
+    async def aprepare(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] = (),
+        thread: str = "default",
+        *,
+        now: float | None = None,
+        maintain: bool = True,
+        recall: bool | None = None,
+    ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
+        """Async twin of `prepare`, run in a worker thread.
+
+        A maintenance point may fold with the configured summarizer, which can call a model:
+        running it off the event loop keeps the loop free (summarizers are called through
+        their sync `summarize`).
+        """
+        return await asyncio.to_thread(
+            self.prepare, system, messages, tools, thread, now=now, maintain=maintain, recall=recall
+        )
+
+    def cache_breakpoints(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] = (),
+        thread: str = "default",
+        *,
+        client: Sequence[int] = (),
+        profile: str | None = None,
+        hidden_prefix_tokens: int = 0,
+    ) -> list[int]:
+        """Where to add explicit cache marks (Anthropic `cache_control`) to a prepared request.
+
+        Call it once per model call with the request `prepare` just returned. The marks go on
+        the last message, on a bridge to the previous call's end when a wide turn would put
+        it out of the provider's lookback window, on the stable anchor (the last message
+        before the first one a maintenance point could rewrite, so a later rewrite still
+        reads the prefix before it) and on the end of tools + system; see
+        `cachepilot.breakpoints`. Deterministic: the anchor is kept in the thread's state.
+
+        Args:
+            system, messages, tools: the request as `prepare` returned it.
+            thread: the scope.
+            client: the caller's own marks (message indices, -1 for tools + system): kept,
+                and counted against the provider's limit.
+            profile: the provider profile whose rules apply (default: `Config.provider` when
+                it is an explicit-breakpoint profile, else `anthropic`).
+            hidden_prefix_tokens: tokens the provider puts before the tools that are not in
+                the request (they count towards the minimum cacheable length).
+
+        Returns:
+            Message indices to mark (-1: the end of tools + system), sorted, none of them in
+            `client`.
+        """
+        check_pilot_thread(thread)
+        check_request(system, messages, tools)
+        chosen = get_profile(profile or self.config.provider)
+        if chosen.match != "breakpoints":
+            chosen = get_profile("anthropic")
+        counter = get_counter(self.config.encoding)
+        state = self.state(thread)
+        with self._lock:
+            stable = self._anchors(state, self._views.get(thread), messages, counter)
+            rendered = render_request(
+                Request(system=system, messages=messages, tools=tools),
+                counter,
+                hidden_prefix_tokens=hidden_prefix_tokens,
+            )
+        return plan_breakpoints(rendered, client, None, chosen, stable=stable)
+
+    def _anchors(
+        self,
+        state: PilotState,
+        cache: ViewCache | None,
+        messages: Sequence[Message],
+        counter: TokenCounter,
+    ) -> list[int]:
+        """This call's stable anchors (view indices): the one in force before the call, then
+        the one for the calls to come (the same message between maintenance points)."""
+        view = cache.view if cache is not None else None
+        if (
+            cache is None
+            or view is None
+            or len(view.messages) != len(messages)
+            or not all(map(operator.is_, view.messages, messages))
+        ):
+            return []  # not the view `prepare` returned
+        first = cache.first_rewritable(state.plan, counter, self.config.maintenance)
+        anchors, out = advance_anchors(state.anchors, state.calls, view.keys, first)
+        if anchors is not state.anchors:
+            state.anchors = anchors
+            state.revision += 1
+        return out
+
+
+def _with_missing(
+    cache: ViewCache, rendered: PlanView, missing: Sequence[tuple[int, Message]]
+) -> list[Message]:
+    """The view with the synthetic results inserted (the view cache is told, so the cache
+    anchors of `cache_breakpoints` address the request as sent)."""
+    messages, keys = list(rendered.messages), list(rendered.keys)
+    for offset, (position, message) in enumerate(missing):
+        messages.insert(position + offset, message)
+        keys.insert(position + offset, f"missing:{message.tool_call_id}")
+    cache.view = PlanView(messages, keys, [(k, k) for k in keys], [None] * len(keys))
+    cache.forget_rewritable()  # positions moved
+    return messages
