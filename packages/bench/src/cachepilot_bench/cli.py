@@ -54,6 +54,18 @@ def register_bench(sub: Any) -> Handler:
     bench.add_argument("--chain", type=int, default=4, help="continuous mode: traces per session")
     bench.add_argument("--json", dest="json_path", metavar="FILE", help="write results as JSON")
     bench.add_argument("--plot", metavar="FILE", help="write a PNG chart (needs matplotlib)")
+    bench.add_argument(
+        "--sweep",
+        action="store_true",
+        help="also run cachepilot at every setting of the sweep grid (fold tail, least fold, "
+        "horizon, summary size) next to vanilla and the peers, and print the cost / visible "
+        "fidelity frontier and, per source, which setting beats each peer",
+    )
+    bench.add_argument(
+        "--frontier",
+        metavar="FILE",
+        help="with --sweep: write the frontier chart, one panel per source (PNG, needs matplotlib)",
+    )
     bench.add_argument("--workers", type=int, default=0, help="processes (default: all cores)")
     bench.add_argument("--encoding", default="o200k_base", help="tiktoken encoding")
     bench.add_argument("--limit", type=int, default=0, help="replay only the first N sessions")
@@ -119,7 +131,15 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         encoding=args.encoding,
         client_marks=args.client_marks,
     )
+    if args.frontier and not args.sweep:
+        raise ValueError("--frontier draws a sweep: add --sweep")
     names = args.strategies or list(ALL_STRATEGIES)
+    if args.sweep:
+        from cachepilot_bench.registry import PEER_STRATEGIES
+        from cachepilot_bench.variants import sweep_names
+
+        base = args.strategies or ["vanilla", *PEER_STRATEGIES]
+        names = list(dict.fromkeys(["vanilla", *base, *sweep_names()]))
     sessions, traces = _load_sessions(args.traces)
     if args.limit < 0:
         raise ValueError("--limit must be >= 0 (0: every session)")
@@ -138,6 +158,19 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         out.write(f"wrote {args.json_path}\n")
+    if args.sweep:
+        from cachepilot_bench.frontier import format_frontier
+
+        out.write("\n" + format_frontier(doc))
+    if args.frontier:
+        from cachepilot_bench.frontier import write_frontier_plot
+
+        write_frontier_plot(
+            doc,
+            args.frontier,
+            title=f"cachepilot settings and peers · {config.provider} · {config.mode}",
+        )
+        out.write(f"wrote {args.frontier}\n")
     if args.plot:
         from cachepilot_bench.plot import write_plot
 

@@ -6,6 +6,7 @@ import importlib
 from collections.abc import Sequence
 
 from cachepilot_bench.strategy import Strategy
+from cachepilot_bench.variants import is_variant, parse_variant
 
 __all__ = [
     "ALL_STRATEGIES",
@@ -71,21 +72,31 @@ peers whose code is not part of the workspace (Headroom)."""
 
 
 def available_strategies() -> list[str]:
-    """Names accepted by `make_strategy`."""
+    """Names accepted by `make_strategy` (and `cachepilot[key=value,...]`, see
+    `cachepilot_bench.variants`)."""
     return list(_TARGETS)
 
 
 def make_strategy(name: str) -> Strategy:
-    """A fresh instance of the named strategy.
+    """A fresh instance of the named strategy (`cachepilot[key=value,...]`: cachepilot with
+    those maintenance settings).
 
     Raises:
         ValueError: on an unknown name, or when the strategy's optional dependencies are
             missing (the message names the extra to install).
     """
+    if is_variant(name):
+        from cachepilot.pilot import Config
+        from cachepilot_bench.ours import CachePilotStrategy
+
+        tuned = CachePilotStrategy(Config(maintenance=parse_variant(name)))
+        tuned.name = name
+        return tuned
     target = _TARGETS.get(name)
     if target is None:
         raise ValueError(
-            f"unknown strategy {name!r}; choose from: {', '.join(available_strategies())}"
+            f"unknown strategy {name!r}; choose from: {', '.join(available_strategies())} "
+            "or cachepilot[key=value,...]"
         )
     module_name, _, attr = target.partition(":")
     try:
@@ -105,9 +116,12 @@ def validate_names(names: Sequence[str]) -> list[str]:
     """Check strategy names early (before any replay starts); duplicates removed, order kept."""
     out: list[str] = []
     for name in names:
-        if name not in _TARGETS:
+        if is_variant(name):
+            parse_variant(name)
+        elif name not in _TARGETS:
             raise ValueError(
-                f"unknown strategy {name!r}; choose from: {', '.join(available_strategies())}"
+                f"unknown strategy {name!r}; choose from: {', '.join(available_strategies())} "
+                "or cachepilot[key=value,...]"
             )
         if name not in out:
             out.append(name)

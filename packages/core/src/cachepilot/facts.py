@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 from cachepilot.messages import Message, ReasoningPart, TextPart
 
-__all__ = ["Fact", "FactIndex", "extract_candidates", "message_search_text", "view_text"]
+__all__ = [
+    "Fact",
+    "FactIndex",
+    "count_candidates",
+    "extract_candidates",
+    "message_search_text",
+    "view_text",
+]
 
 _PATH = r"(?:\.{0,2}/)?(?:[\w.-]+/)+[\w.-]+"
 _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?"
@@ -48,6 +55,20 @@ def view_text(system: str | None, messages: Iterable[Message]) -> str:
     """The searchable text of a whole request."""
     head = [system] if system else []
     return "\n".join([*head, *(message_search_text(m) for m in messages)])
+
+
+def count_candidates(text: str) -> dict[str, int]:
+    """How often each fact-shaped substring occurs in `text` (one pass over it)."""
+    counts: dict[str, int] = {}
+    for m in _CANDIDATE.finditer(text):
+        value = m.group(0).strip()
+        if len(value) >= _MIN_LEN:
+            counts[value] = counts.get(value, 0) + 1
+    for m in _QUOTE.finditer(text):
+        value = (m.group(1) or m.group(2)).strip()
+        if len(value) >= _MIN_LEN:
+            counts[value] = counts.get(value, 0) + 1
+    return counts
 
 
 def extract_candidates(text: str) -> set[str]:

@@ -3,6 +3,8 @@ default summarizer, and the fallback whenever another one fails)."""
 
 from __future__ import annotations
 
+from cachepilot.facts import view_text
+from cachepilot.fold.facts_in_use import facts_in_use
 from cachepilot.fold.request import FoldMode, FoldRequest
 from cachepilot.memory import SessionMemory
 from cachepilot.tokens import TokenCounter, get_counter
@@ -17,27 +19,61 @@ class ResumeBlockSummarizer:
     folds included), the block is rebuilt from all of them, so facts of every part compete
     for the budget on equal terms. Otherwise the previous summary's lines are kept (as many
     as fit, from the top) under "Earlier:", followed by the resume block of the new messages.
-    The result always fits the budget under the counter.
+    A "facts in use" section follows (`fold.facts_in_use`): the exact values of the folded
+    tool outputs, the ones the agent acted on first, grouped by the file or command they came
+    from; it takes what the block leaves of the budget, at least `facts_share` of it. The
+    result always fits the budget under the counter.
 
     Args:
         budget_tokens: the summary's size; None takes the request's `budget_tokens`.
         counter: token counter (default: the shared `tokens.get_counter()`).
+        facts_share: share of the budget kept for the facts-in-use section (0 → none).
     """
 
     mode: FoldMode = "standalone"
 
     def __init__(
-        self, budget_tokens: int | None = None, counter: TokenCounter | None = None
+        self,
+        budget_tokens: int | None = None,
+        counter: TokenCounter | None = None,
+        *,
+        facts_share: float = 0.5,
     ) -> None:
         if budget_tokens is not None and budget_tokens < 1:
             raise ValueError(f"budget_tokens must be >= 1, got {budget_tokens}")
+        if not 0.0 <= facts_share <= 0.9:
+            raise ValueError(f"facts_share must be within [0, 0.9], got {facts_share}")
         self.budget_tokens = budget_tokens
         self.counter = counter
+        self.facts_share = facts_share
 
     def summarize(self, request: FoldRequest) -> str:
-        """The resume block (plus the previous summary's lines) within the budget."""
+        """The resume block (plus the previous summary's lines) and the facts in use, within
+        the budget."""
         counter = self.counter or get_counter()
         budget = max(1, self.budget_tokens or request.budget_tokens)
+        facts_budget = int(budget * self.facts_share)
+        block = self._block(request, max(1, budget - facts_budget), counter)
+        if not facts_budget:
+            return block
+        kept = request.view_messages[len(request.view_messages) - request.kept_messages :]
+        seen = "\n".join([block, view_text(None, kept)]) if request.kept_messages else block
+        room = budget - counter.count(block) - 2
+        facts = facts_in_use(
+            request.source_messages or request.folded_messages,
+            room,
+            counter,
+            exclude_text=seen,
+        )
+        lines = facts.splitlines()
+        while True:
+            facts = "\n".join(lines) if len(lines) > 1 else ""
+            text = f"{block}\n\n{facts}" if facts and block else (facts or block)
+            if not facts or counter.count(text) <= budget:
+                return text
+            lines.pop()
+
+    def _block(self, request: FoldRequest, budget: int, counter: TokenCounter) -> str:
         if request.source_messages:
             return SessionMemory.from_messages(request.source_messages).resume_block(
                 budget, counter

@@ -1,0 +1,202 @@
+"""Facts in use: the exact values from folded tool output that the agent is working with.
+
+A fold replaces tool outputs by a summary; what an agent most often needs back later is an
+exact value it read there (a class it codes against, a path, an id, a number), not the prose.
+This section carries them, grouped by where they came from (the file a read showed, the
+command that printed them), most recent source first:
+
+* values the agent already repeated or acted on (its text or tool-call arguments) come first
+  in their group, then names the output defines (`class X`, `def f`), then the rest by how
+  specific and how frequent they are;
+* a file read twice counts by its latest read (its latest known content);
+* values already in the rest of the summary, or in the kept tail, are left out.
+
+Pure, deterministic and linear in the folded text: each output is scanned through a bounded
+window and the number of values kept per source is capped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from cachepilot.facts import count_candidates, extract_candidates, message_search_text
+from cachepilot.memory import patterns
+from cachepilot.memory.tools import analyze_call
+from cachepilot.messages import Message
+from cachepilot.redact import redact
+from cachepilot.tokens import TokenCounter
+
+__all__ = ["FACTS_HEADER", "facts_in_use"]
+
+FACTS_HEADER = "Facts in use (exact values from folded tool output, latest first):"
+
+_SCAN_HEAD = 24_000
+_SCAN_TAIL = 6_000
+_MAX_VALUES_PER_SOURCE = 80
+_MAX_SOURCES = 400
+_MAX_VALUE_CHARS = 100
+_LABEL_CHARS = 80
+_IN_USE = 10.0
+"""Score added to a value the agent repeated or acted on."""
+_DEFINED = 2.0
+"""Score added to a name the output defines."""
+
+
+@dataclass(slots=True)
+class _Source:
+    label: str
+    order: int
+    values: dict[str, float] = field(default_factory=dict)
+
+
+def facts_in_use(
+    messages: Sequence[Message],
+    budget_tokens: int,
+    counter: TokenCounter,
+    *,
+    exclude_text: str = "",
+) -> str:
+    """The "facts in use" section for `messages` (a folded range), within `budget_tokens`.
+
+    Args:
+        messages: the folded messages, in order.
+        budget_tokens: the section's size limit under `counter` (0 → empty).
+        counter: token counter.
+        exclude_text: text the model still sees (the rest of the summary, the kept tail):
+            values found in it are not repeated.
+
+    Returns:
+        The section (header and one line per source), or "" when nothing fits.
+    """
+    if budget_tokens <= 0 or not messages:
+        return ""
+    sources = _collect(messages)
+    if not sources:
+        return ""
+    newest_first = sorted(sources, key=lambda s: -s.order)
+    ranked = {id(s): [v for v in _ranked(s.values) if v not in exclude_text] for s in newest_first}
+    # Tiers across sources: what the agent acted on, then definitions, then the rest; each
+    # tier newest source first, so an old value in use beats a new value never used.
+    chosen: dict[int, list[str]] = {id(s): [] for s in newest_first}
+    used = counter.count(FACTS_HEADER)
+    full = False
+    for floor in (_IN_USE, _DEFINED, 0.0):
+        for source in newest_first:
+            picked = chosen[id(source)]
+            for value in ranked[id(source)]:
+                if source.values[value] < floor or value in picked:
+                    continue
+                cost = counter.count(value) + 1
+                if not picked:
+                    cost += counter.count(f"- {source.label}: ") + 1
+                if used + cost > budget_tokens:
+                    full = True
+                    break
+                used += cost
+                picked.append(value)
+            if full:
+                break
+        if full:
+            break
+    lines = [
+        f"- {s.label}: " + ", ".join(_in_rank_order(chosen[id(s)], ranked[id(s)]))
+        for s in newest_first
+        if chosen[id(s)]
+    ]
+    if not lines:
+        return ""
+    text = "\n".join([FACTS_HEADER, *lines])
+    while lines and counter.count(text) > budget_tokens:
+        lines.pop()
+        text = "\n".join([FACTS_HEADER, *lines]) if lines else ""
+    return text
+
+
+def _in_rank_order(picked: list[str], ranked: list[str]) -> list[str]:
+    chosen = set(picked)
+    return [v for v in ranked if v in chosen]
+
+
+def _collect(messages: Sequence[Message]) -> list[_Source]:
+    """Values of each tool output, scored; a file's later read replaces its earlier one."""
+    labels: dict[str, str] = {}
+    for message in messages:
+        for call in message.tool_calls:
+            labels[call.id] = _label(call.name, call.parsed_arguments())
+    by_label: dict[str, _Source] = {}
+    origin: dict[str, str] = {}  # value → label of the newest output that shows it
+    for order, message in enumerate(messages):
+        if message.role == "tool":
+            label = labels.get(message.tool_call_id or "") or _clip(message.name or "tool")
+            text = patterns.window(message.text, _SCAN_HEAD, _SCAN_TAIL)
+            values = _score(text)
+            if not values:
+                continue
+            source = by_label.get(label)
+            if source is None or _is_file(label):
+                # The latest read of a file is what the agent knows of it now.
+                source = _Source(label, order)
+                by_label[label] = source
+            source.order = order
+            for value, score in values.items():
+                source.values[value] = max(score, source.values.get(value, 0.0))
+                origin[value] = label
+            if len(by_label) > _MAX_SOURCES:
+                oldest = min(by_label.values(), key=lambda s: s.order)
+                del by_label[oldest.label]
+        elif message.role == "assistant" and origin:
+            for value in _agent_values(message):
+                found = by_label.get(origin.get(value) or "")
+                if found is not None and value in found.values:
+                    # The agent repeated it or acted on it: it is in use.
+                    found.values[value] += _IN_USE
+    return [s for s in by_label.values() if s.values]
+
+
+def _score(text: str) -> dict[str, float]:
+    definitions = set(patterns.code_definitions(text))
+    scored: dict[str, float] = {}
+    for value, count in count_candidates(text).items():
+        if len(value) > _MAX_VALUE_CHARS or "\n" in value or value != redact(value):
+            continue
+        score = patterns.specificity(value) + min(count, 5) * 0.2 + min(len(value), 40) / 40
+        if value in definitions or value.rsplit(".", 1)[-1] in definitions:
+            score += _DEFINED
+        scored[value] = score
+    best = sorted(scored, key=lambda v: (-scored[v], v))[:_MAX_VALUES_PER_SOURCE]
+    return {v: scored[v] for v in best}
+
+
+def _agent_values(message: Message) -> Iterable[str]:
+    text = message_search_text(message)
+    return extract_candidates(patterns.window(text, _SCAN_HEAD, _SCAN_TAIL))
+
+
+def _ranked(values: dict[str, float]) -> list[str]:
+    ordered = sorted(values, key=lambda v: (-values[v], v))
+    # A value inside a longer kept value adds nothing the longer one does not say.
+    kept: list[str] = []
+    for value in ordered:
+        if not any(value in other for other in kept):
+            kept.append(value)
+    return kept
+
+
+def _label(name: str, args: dict[str, object] | object) -> str:
+    facts = analyze_call(name, args if isinstance(args, dict) else {})
+    reads = [t.path for t in facts.files if t.action in ("read", "create", "edit")]
+    if reads:
+        return "file " + _clip(reads[0])
+    if facts.command:
+        return "$ " + _clip(facts.command.splitlines()[0] if facts.command else "")
+    return _clip(name)
+
+
+def _is_file(label: str) -> bool:
+    return label.startswith("file ")
+
+
+def _clip(text: str) -> str:
+    text = redact(text.strip())
+    return text if len(text) <= _LABEL_CHARS else text[: _LABEL_CHARS - 1] + "…"
