@@ -726,6 +726,9 @@ def test_zero_llm_differential_summary_is_rebuilt_not_nested() -> None:
             plan=plan,
             epoch_index=n,
             summary_tokens=400,
+            # the session-memory block alone: the facts section would take part of so small
+            # a budget (tests/core/test_facts_in_use.py covers it)
+            summarizer=ResumeBlockSummarizer(counter=CHARS, facts_share=0.0),
         )
         assert edit is not None
         plan = Plan(epochs=[*plan.epochs, Epoch(index=n, reason="fold", edits=[edit])])

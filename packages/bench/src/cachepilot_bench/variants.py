@@ -31,10 +31,10 @@ _VARIANT = re.compile(r"cachepilot\[([^\[\]]{0,400})\]")
 _MAX_SETTINGS = 12
 
 SWEEP_GRID: Mapping[str, Sequence[Any]] = {
-    "fold_protect_tokens": (4_000, 10_000),
+    "fold_protect_tokens": (4_000, 6_000, 10_000),
     "fold_min_tokens": (6_000, 15_000),
-    "horizon": (0.5, 1.0, 2.0),
-    "fold_summary_tokens": (800, 1_600),
+    "horizon": (0.5, 1.0),
+    "fold_summary_tokens": (800, 1_600, 3_200),
 }
 """The knobs `--sweep` varies (every combination; the other settings keep their defaults):
 how much recent history a fold keeps, the least a fold must remove, how long the cost model

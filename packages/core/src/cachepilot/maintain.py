@@ -300,6 +300,8 @@ class Maintenance(PilotBase):
                 keys,
                 protect_tail_tokens=self.config.maintenance.fold_protect_tokens,
                 summary_tokens=self.config.maintenance.fold_summary_tokens,
+                summary_share=self.config.maintenance.fold_summary_share,
+                summary_max_tokens=self.config.maintenance.fold_summary_max_tokens,
                 keep_from=keep_from,
                 **args,
             )

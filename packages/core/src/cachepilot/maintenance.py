@@ -25,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from cachepilot.arguments import ReducedArguments, reduce_arguments
+from cachepilot.fold.request import summary_budget
 from cachepilot.messages import Message
 from cachepilot.plan import Edit
 from cachepilot.pricing import Price
@@ -110,7 +111,14 @@ class MaintenanceConfig(BaseModel):
     fold_min_tokens: int = 15_000
     """A cost-model fold must remove at least this many tokens."""
     fold_summary_tokens: int = 800
-    """Target size of a fold summary (the cost model counts on it)."""
+    """Least size of a fold summary (the cost model counts on its size)."""
+    fold_summary_share: float = 0.0
+    """A fold summary may take this share of the view tokens it replaces (room for the exact
+    values of a long stretch of work), within [`fold_summary_tokens`,
+    `fold_summary_max_tokens`] and never less than the summary it replaces; 0 keeps every
+    summary at `fold_summary_tokens`."""
+    fold_summary_max_tokens: int = 6_400
+    """Largest fold summary when `fold_summary_share` scales it."""
     fold_finished_tasks: bool = True
     """Fold the tasks the lifecycle marks evictable (a later user turn started the next task
     and none of their work is referenced any more) as soon as the cost model says it pays,
@@ -141,6 +149,10 @@ class MaintenanceConfig(BaseModel):
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if not 0.0 <= self.fold_summary_share <= 0.5:
+            raise ValueError("fold_summary_share must be within [0, 0.5]")
+        if not 1 <= self.fold_summary_tokens <= self.fold_summary_max_tokens:
+            raise ValueError("need 1 <= fold_summary_tokens <= fold_summary_max_tokens")
         if self.argument_min_chars < 200:
             raise ValueError("argument_min_chars must be >= 200")
         if not 0 <= self.argument_preview_chars <= self.argument_min_chars // 2:
@@ -440,7 +452,13 @@ class FoldEstimate:
 def _estimate(
     sizes: Sequence[int], start: int, cut: int, config: MaintenanceConfig, rate: Rates
 ) -> FoldEstimate:
-    removed = sum(sizes[start:cut]) - config.fold_summary_tokens
+    folded = sum(sizes[start:cut])
+    removed = folded - summary_budget(
+        folded,
+        config.fold_summary_tokens,
+        config.fold_summary_share,
+        config.fold_summary_max_tokens,
+    )
     remiss = sum(sizes[start:]) - removed
     pays = removed > 0 and removed * rate.saving_per_token > remiss * rate.remiss_per_token
     return FoldEstimate(pays, removed, remiss, rate)

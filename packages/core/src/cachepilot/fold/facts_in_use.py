@@ -33,10 +33,12 @@ FACTS_HEADER = "Facts in use (exact values from folded tool output, latest first
 
 _SCAN_HEAD = 24_000
 _SCAN_TAIL = 6_000
-_MAX_VALUES_PER_SOURCE = 80
-_MAX_SOURCES = 400
+_MAX_VALUES_PER_SOURCE = 400
+_MAX_SOURCES = 200
 _MAX_VALUE_CHARS = 100
 _LABEL_CHARS = 80
+_KEY_CHARS = 300
+_READ_LABEL = "file "
 _IN_USE = 10.0
 """Score added to a value the agent repeated or acted on."""
 _DEFINED = 2.0
@@ -46,6 +48,7 @@ _DEFINED = 2.0
 @dataclass(slots=True)
 class _Source:
     label: str
+    """The file or command the values came from, whole (the key of the source)."""
     order: int
     values: dict[str, float] = field(default_factory=dict)
 
@@ -75,10 +78,14 @@ def facts_in_use(
     if not sources:
         return ""
     newest_first = sorted(sources, key=lambda s: -s.order)
-    ranked = {id(s): [v for v in _ranked(s.values) if v not in exclude_text] for s in newest_first}
+    ranked = {
+        id(s): [v for v in _ranked(s.values) if v not in exclude_text and v not in s.label]
+        for s in newest_first
+    }
     # Tiers across sources: what the agent acted on, then definitions, then the rest; each
     # tier newest source first, so an old value in use beats a new value never used.
-    chosen: dict[int, list[str]] = {id(s): [] for s in newest_first}
+    chosen: dict[int, set[str]] = {id(s): set() for s in newest_first}
+    order: list[tuple[int, str]] = []  # pick order: the last picked goes first when trimming
     used = counter.count(FACTS_HEADER)
     full = False
     for floor in (_IN_USE, _DEFINED, 0.0):
@@ -89,33 +96,40 @@ def facts_in_use(
                     continue
                 cost = counter.count(value) + 1
                 if not picked:
-                    cost += counter.count(f"- {source.label}: ") + 1
+                    cost += counter.count(f"- {_display(source.label)}: ") + 1
                 if used + cost > budget_tokens:
                     full = True
                     break
                 used += cost
-                picked.append(value)
+                picked.add(value)
+                order.append((id(source), value))
             if full:
                 break
         if full:
             break
+    while order:
+        text = _render(newest_first, chosen, ranked)
+        over = counter.count(text) - budget_tokens
+        if over <= 0:
+            return text
+        # Counted apart, values under-count the joined text a little: drop the least
+        # important ones until the estimate covers the excess, then count again.
+        while order and over > 0:
+            key, value = order.pop()
+            chosen[key].discard(value)
+            over -= counter.count(value) + 1
+    return ""
+
+
+def _render(
+    newest_first: Sequence[_Source], chosen: dict[int, set[str]], ranked: dict[int, list[str]]
+) -> str:
     lines = [
-        f"- {s.label}: " + ", ".join(_in_rank_order(chosen[id(s)], ranked[id(s)]))
+        f"- {_display(s.label)}: " + ", ".join(v for v in ranked[id(s)] if v in chosen[id(s)])
         for s in newest_first
         if chosen[id(s)]
     ]
-    if not lines:
-        return ""
-    text = "\n".join([FACTS_HEADER, *lines])
-    while lines and counter.count(text) > budget_tokens:
-        lines.pop()
-        text = "\n".join([FACTS_HEADER, *lines]) if lines else ""
-    return text
-
-
-def _in_rank_order(picked: list[str], ranked: list[str]) -> list[str]:
-    chosen = set(picked)
-    return [v for v in ranked if v in chosen]
+    return "\n".join([FACTS_HEADER, *lines]) if lines else ""
 
 
 def _collect(messages: Sequence[Message]) -> list[_Source]:
@@ -128,8 +142,10 @@ def _collect(messages: Sequence[Message]) -> list[_Source]:
     origin: dict[str, str] = {}  # value → label of the newest output that shows it
     for order, message in enumerate(messages):
         if message.role == "tool":
-            label = labels.get(message.tool_call_id or "") or _clip(message.name or "tool")
-            text = patterns.window(message.text, _SCAN_HEAD, _SCAN_TAIL)
+            label = labels.get(message.tool_call_id or "") or _bounded(message.name or "tool")
+            # Redacted before values are cut out of it: a secret stripped of its
+            # `key=` context would no longer look like one.
+            text = redact(patterns.window(message.text, _SCAN_HEAD, _SCAN_TAIL))
             values = _score(text)
             if not values:
                 continue
@@ -159,6 +175,7 @@ def _score(text: str) -> dict[str, float]:
     scored: dict[str, float] = {}
     for value, count in count_candidates(text).items():
         if len(value) > _MAX_VALUE_CHARS or "\n" in value or value != redact(value):
+            # (a value that still looks like a credential on its own is left out too)
             continue
         score = patterns.specificity(value) + min(count, 5) * 0.2 + min(len(value), 40) / 40
         if value in definitions or value.rsplit(".", 1)[-1] in definitions:
@@ -185,18 +202,33 @@ def _ranked(values: dict[str, float]) -> list[str]:
 
 def _label(name: str, args: dict[str, object] | object) -> str:
     facts = analyze_call(name, args if isinstance(args, dict) else {})
-    reads = [t.path for t in facts.files if t.action in ("read", "create", "edit")]
-    if reads:
-        return "file " + _clip(reads[0])
+    for touch in facts.files:
+        if touch.action == "read":
+            return _READ_LABEL + _bounded(touch.path)
+    for touch in facts.files:
+        if touch.action in ("create", "edit"):
+            # An edit's output (a confirmation, a snippet) adds to what is known of the
+            # file; it does not replace the read.
+            return "edit " + _bounded(touch.path)
     if facts.command:
-        return "$ " + _clip(facts.command.splitlines()[0] if facts.command else "")
-    return _clip(name)
+        return "$ " + _bounded(facts.command.splitlines()[0] if facts.command else "")
+    return _bounded(name)
 
 
 def _is_file(label: str) -> bool:
-    return label.startswith("file ")
+    return label.startswith(_READ_LABEL)
 
 
-def _clip(text: str) -> str:
-    text = redact(text.strip())
-    return text if len(text) <= _LABEL_CHARS else text[: _LABEL_CHARS - 1] + "…"
+def _bounded(text: str) -> str:
+    return redact(text.strip()[:_KEY_CHARS])
+
+
+def _display(label: str) -> str:
+    """A label as shown: a path keeps its end (the file name tells files apart), a command
+    its start."""
+    if len(label) <= _LABEL_CHARS:
+        return label
+    kind, _, rest = label.partition(" ")
+    if kind in (_READ_LABEL.strip(), "edit"):
+        return f"{kind} …{rest[-(_LABEL_CHARS - len(kind) - 2) :]}"
+    return label[: _LABEL_CHARS - 1] + "…"

@@ -18,6 +18,7 @@ from cachepilot.fold.request import (
     fold_header,
     is_fold_summary,
     summary_body,
+    summary_budget,
 )
 from cachepilot.fold.resume import ResumeBlockSummarizer
 from cachepilot.fold.summary import Summarizer
@@ -69,9 +70,13 @@ def _prepare(
     mode: FoldMode | None,
     keep_from: str | None = None,
     recall: bool = True,
+    summary_share: float = 0.0,
+    summary_max_tokens: int | None = None,
 ) -> _Prepared | None:
     if summary_tokens < 1 or min_tokens < 0:
         raise ValueError("need summary_tokens >= 1 and min_tokens >= 0")
+    if not 0.0 <= summary_share <= 1.0:
+        raise ValueError("need 0 <= summary_share <= 1")
     keys = message_keys(messages) if keys is None else keys
     view: PlanView = render_plan(messages, plan or Plan(), keys)
     start = fold_start(view.messages, view.folds)
@@ -117,6 +122,14 @@ def _prepare(
     except Exception as exc:  # nothing may be lost: no archive, no fold
         logger.warning("fold: archiving failed (%s); not folding", type(exc).__name__)
         return None
+    budget = summary_tokens
+    if summary_share:
+        before = counter.count_message(previous) if previous is not None else 0
+        # Never smaller than the summary it replaces: it stands for all of that too.
+        budget = max(
+            summary_budget(tokens + before, summary_tokens, summary_share, summary_max_tokens),
+            min(before, summary_max_tokens or before),
+        )
     request = FoldRequest(
         folded_messages=tuple(new),
         previous_summary=summary_body(previous.text) if previous is not None else None,
@@ -125,7 +138,7 @@ def _prepare(
         system=system,
         guideline=guideline or getattr(summarizer, "guideline", None) or DEFAULT_GUIDELINE,
         mode=mode or getattr(summarizer, "mode", None) or "standalone",
-        budget_tokens=summary_tokens,
+        budget_tokens=budget,
         source_messages=_source_range(messages, keys, key, end_key),
     )
     header = fold_header(len(new), tokens, ref, recall=recall)
@@ -194,6 +207,8 @@ def plan_fold(
     mode: FoldMode | None = None,
     keep_from: str | None = None,
     recall: bool = True,
+    summary_share: float = 0.0,
+    summary_max_tokens: int | None = None,
 ) -> Edit | None:
     """Plan one fold of the view `render_plan(messages, plan, keys)`: archive, summarize, edit.
 
@@ -226,6 +241,10 @@ def plan_fold(
             that is not a safe cut.
         recall: the model is offered the recall tool (else the header names no recall call
             and says the full text was elided; the range is archived all the same).
+        summary_share: the summary may take this share of the view tokens it replaces (the
+            new messages and an earlier summary), at least `summary_tokens` and never less
+            than the earlier summary…
+        summary_max_tokens: …and at most this (None: `summary_tokens` always).
 
     Returns:
         The fold edit to append in a new epoch, or None when there is nothing to fold.
@@ -249,6 +268,8 @@ def plan_fold(
         mode=mode,
         keep_from=keep_from,
         recall=recall,
+        summary_share=summary_share,
+        summary_max_tokens=summary_max_tokens,
     )
     if prepared is None:
         return None
@@ -284,6 +305,8 @@ async def aplan_fold(
     mode: FoldMode | None = None,
     keep_from: str | None = None,
     recall: bool = True,
+    summary_share: float = 0.0,
+    summary_max_tokens: int | None = None,
 ) -> Edit | None:
     """Async `plan_fold` (the summarizer is awaited via `asummarize`)."""
     counter = counter or get_counter()
@@ -305,6 +328,8 @@ async def aplan_fold(
         mode=mode,
         keep_from=keep_from,
         recall=recall,
+        summary_share=summary_share,
+        summary_max_tokens=summary_max_tokens,
     )
     if prepared is None:
         return None
@@ -334,6 +359,8 @@ def emergency_fold(
     plan: Plan | None = None,
     summary_tokens: int = 800,
     recall: bool = True,
+    summary_share: float = 0.0,
+    summary_max_tokens: int | None = None,
 ) -> Edit | None:
     """A fold after a provider context-length error: small protected tail, any range size.
 
@@ -370,6 +397,8 @@ async def aemergency_fold(
     plan: Plan | None = None,
     summary_tokens: int = 800,
     recall: bool = True,
+    summary_share: float = 0.0,
+    summary_max_tokens: int | None = None,
 ) -> Edit | None:
     """Async `emergency_fold`."""
     return await aplan_fold(

@@ -22,6 +22,7 @@ __all__ = [
     "fold_header",
     "is_fold_summary",
     "summary_body",
+    "summary_budget",
 ]
 
 
@@ -75,6 +76,17 @@ def fold_header(messages: int, tokens: int, ref: str, *, recall: bool = True) ->
         f"{FOLD_HEADER_PREFIX} {messages:,} messages, {tokens:,} tokens; "
         f"{pointer(ref if recall else None)}]"
     )
+
+
+def summary_budget(
+    replaces: int, minimum: int, share: float = 0.0, maximum: int | None = None
+) -> int:
+    """A fold summary's token budget: `share` of the view tokens it replaces, at least
+    `minimum`, at most `maximum` (a zero share or no maximum: `minimum`). A fold of a long
+    stretch of work keeps more of its exact values than a fold of a short one."""
+    if maximum is None or share <= 0:
+        return minimum
+    return max(minimum, min(maximum, int(replaces * share)))
 
 
 def summary_body(text: str) -> str:

@@ -11,6 +11,9 @@ from cachepilot.tokens import TokenCounter, get_counter
 
 __all__ = ["ResumeBlockSummarizer"]
 
+_BLOCK_FLOOR = 300
+"""Below this budget the session-memory block gets the whole of it."""
+
 
 class ResumeBlockSummarizer:
     """Zero-LLM summarizer: the `SessionMemory` resume block of the folded messages.
@@ -21,8 +24,9 @@ class ResumeBlockSummarizer:
     as fit, from the top) under "Earlier:", followed by the resume block of the new messages.
     A "facts in use" section follows (`fold.facts_in_use`): the exact values of the folded
     tool outputs, the ones the agent acted on first, grouped by the file or command they came
-    from; it takes what the block leaves of the budget, at least `facts_share` of it. The
-    result always fits the budget under the counter.
+    from; it takes what the block leaves of the budget (the block gets at least
+    `1 - facts_share` of it, and all of a budget under 300 tokens). The result always fits
+    the budget under the counter.
 
     Args:
         budget_tokens: the summary's size; None takes the request's `budget_tokens`.
@@ -52,9 +56,10 @@ class ResumeBlockSummarizer:
         the budget."""
         counter = self.counter or get_counter()
         budget = max(1, self.budget_tokens or request.budget_tokens)
-        facts_budget = int(budget * self.facts_share)
-        block = self._block(request, max(1, budget - facts_budget), counter)
-        if not facts_budget:
+        # A small budget goes to the block first: the facts only take what it leaves.
+        block_budget = max(budget - int(budget * self.facts_share), min(budget, _BLOCK_FLOOR))
+        block = self._block(request, block_budget, counter)
+        if not self.facts_share:
             return block
         kept = request.view_messages[len(request.view_messages) - request.kept_messages :]
         seen = "\n".join([block, view_text(None, kept)]) if request.kept_messages else block

@@ -1,0 +1,187 @@
+"""The facts-in-use section of fold summaries: what it keeps, in which order, within budget."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.facts import view_text
+from cachepilot.fold import FoldRequest, ResumeBlockSummarizer, plan_fold
+from cachepilot.fold.facts_in_use import FACTS_HEADER, facts_in_use
+from cachepilot.messages import Message, ToolCall
+from cachepilot.plan import Epoch, Plan, apply_plan
+from cachepilot.tokens import get_counter
+
+COUNTER = get_counter()
+SECRET = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 3
+
+
+def _read(call_id: str, path: str, body: str) -> list[Message]:
+    return [
+        Message(
+            role="assistant",
+            content="",
+            tool_calls=(ToolCall(call_id, "Read", json.dumps({"file_path": path})),),
+        ),
+        Message(role="tool", content=body, tool_call_id=call_id, name="Read"),
+    ]
+
+
+def _module(name: str, functions: list[str]) -> str:
+    lines = [f"defmodule Spotter.{name} do"]
+    for fn in functions:
+        lines.append(f"  def {fn}(session, opts) do")
+        lines.append(f"    Repo.get_by({name}Record, session_id: session.transcript_id)")
+        lines.append("  end")
+    lines.append("end")
+    return "\n".join(f"{i + 1:>6}\t{line}" for i, line in enumerate(lines))
+
+
+def _session() -> list[Message]:
+    messages = [Message(role="user", content="Add a registry for review sessions.")]
+    messages += _read("r1", "lib/spotter/registry.ex", _module("SessionRegistry", ["lookup_all"]))
+    messages += _read("r2", "lib/spotter/commits.ex", _module("CommitLinks", ["link_commit"]))
+    messages.append(
+        Message(
+            role="assistant",
+            content="I will call Spotter.SessionRegistry from the new module.",
+        )
+    )
+    return messages
+
+
+def test_values_the_agent_acted_on_come_first_and_the_newest_source_leads() -> None:
+    section = facts_in_use(_session(), 400, COUNTER)
+    lines = section.splitlines()
+    assert lines[0] == FACTS_HEADER
+    # Newest source first: the commits module was read last.
+    assert lines[1].startswith("- file lib/spotter/commits.ex: ")
+    assert lines[2].startswith("- file lib/spotter/registry.ex: ")
+    # What the agent repeated is the first value of its source's line.
+    assert lines[2].split(": ", 1)[1].startswith("Spotter.SessionRegistry")
+    # Names the outputs define are carried.
+    assert "link_commit" in section and "lookup_all" in section
+    assert COUNTER.count(section) <= 400
+
+
+def test_a_tight_budget_keeps_the_values_in_use_over_newer_unused_ones() -> None:
+    section = facts_in_use(_session(), 45, COUNTER)
+    assert "Spotter.SessionRegistry" in section
+    assert "link_commit" not in section
+    assert COUNTER.count(section) <= 45
+
+
+def test_a_file_counts_by_its_latest_read() -> None:
+    messages = _session()
+    messages += _read("r3", "lib/spotter/registry.ex", _module("SessionRegistry", ["fetch_one"]))
+    section = facts_in_use(messages, 400, COUNTER)
+    registry = next(line for line in section.splitlines() if "registry.ex" in line)
+    assert "fetch_one" in registry and "lookup_all" not in registry
+    assert section.count("registry.ex") == 1
+
+
+def test_values_still_in_view_are_not_repeated() -> None:
+    section = facts_in_use(_session(), 400, COUNTER, exclude_text="see link_commit here")
+    assert "link_commit" not in section
+    assert "lookup_all" in section
+
+
+def test_credentials_and_empty_input_give_nothing_to_leak() -> None:
+    messages = [
+        Message(role="user", content="Deploy."),
+        Message(
+            role="assistant",
+            content="",
+            tool_calls=(ToolCall("c1", "bash", json.dumps({"command": "cat .env"})),),
+        ),
+        Message(
+            role="tool",
+            content=f"OPENAI_API_KEY={SECRET}\nDATABASE_HOST=db.internal.example\n",
+            tool_call_id="c1",
+            name="bash",
+        ),
+    ]
+    section = facts_in_use(messages, 400, COUNTER)
+    assert SECRET not in section and "sk-proj" not in section
+    assert facts_in_use([], 400, COUNTER) == ""
+    assert facts_in_use(messages, 0, COUNTER) == ""
+
+
+def test_a_huge_output_is_scanned_through_a_bounded_window() -> None:
+    body = "\n".join(f"value_{i} = compute_{i}(arg_{i})" for i in range(300_000))
+    messages = [
+        Message(
+            role="assistant",
+            content="",
+            tool_calls=(ToolCall("c1", "bash", json.dumps({"command": "python gen.py"})),),
+        ),
+        Message(role="tool", content=body, tool_call_id="c1", name="bash"),
+    ]
+    section = facts_in_use(messages, 200, COUNTER)
+    assert section.startswith(FACTS_HEADER)
+    assert COUNTER.count(section) <= 200
+
+
+_WORDS = st.sampled_from(
+    ["alpha_beta", "GammaDelta", "src/app/x.py", "12345", "os.path.join", "plain", "zeta_eta"]
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    outputs=st.lists(st.lists(_WORDS, max_size=12), min_size=1, max_size=6),
+    said=st.lists(_WORDS, max_size=4),
+    budget=st.integers(min_value=1, max_value=120),
+)
+def test_the_section_fits_and_names_only_values_of_tool_outputs(
+    outputs: list[list[str]], said: list[str], budget: int
+) -> None:
+    messages: list[Message] = []
+    for n, words in enumerate(outputs):
+        call = ToolCall(f"c{n}", "bash", json.dumps({"command": f"run {n}"}))
+        messages.append(Message(role="assistant", content=" ".join(said), tool_calls=(call,)))
+        messages.append(
+            Message(role="tool", content=" ".join(words), tool_call_id=f"c{n}", name="bash")
+        )
+    section = facts_in_use(messages, budget, COUNTER)
+    assert section == facts_in_use(messages, budget, COUNTER)
+    if not section:
+        return
+    assert COUNTER.count(section) <= budget
+    tool_text = "\n".join(m.text for m in messages if m.role == "tool")
+    for line in section.splitlines()[1:]:
+        for value in line.split(": ", 1)[1].split(", "):
+            assert value in tool_text
+
+
+def test_the_resume_block_summary_carries_the_section_within_its_budget() -> None:
+    messages = _session()
+    request = FoldRequest(folded_messages=tuple(messages), budget_tokens=500)
+    text = ResumeBlockSummarizer(counter=COUNTER).summarize(request)
+    assert FACTS_HEADER in text and "Spotter.SessionRegistry" in text
+    assert COUNTER.count(text) <= 500
+    plain = ResumeBlockSummarizer(counter=COUNTER, facts_share=0.0).summarize(request)
+    assert FACTS_HEADER not in plain
+    for bad in (-0.1, 0.95):
+        try:
+            ResumeBlockSummarizer(facts_share=bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"facts_share={bad} accepted")
+
+
+def test_a_fold_keeps_an_identifier_of_a_folded_read_in_view() -> None:
+    messages = [Message(role="system", content="You are a coder."), *_session()]
+    filler = "\n".join(f"{i:>6}\tcomment line {i} of the log" for i in range(900))
+    for n in range(6):
+        messages += _read(f"f{n}", f"log/part_{n}.txt", filler)
+    store = InMemoryArtifactStore()
+    edit = plan_fold(messages, store=store, thread="t", counter=COUNTER, protect_tail_tokens=3_000)
+    assert edit is not None
+    view = apply_plan(messages, Plan(epochs=[Epoch(index=0, reason="fold", edits=[edit])]))
+    folded_reads = [m for m in view if m.role == "tool" and m.tool_call_id == "r1"]
+    assert not folded_reads  # the registry read is inside the fold…
+    assert "Spotter.SessionRegistry" in view_text(None, view)  # …its identifier is not lost
