@@ -180,12 +180,15 @@ class CachePilotNoReduce(CachePilotStrategy):
 
 
 class CachePilotNoEvict(CachePilotStrategy):
-    """Ablation: maintenance prunes old outputs but never evicts lifecycle-finished work."""
+    """Ablation: maintenance prunes and folds by cost but never evicts lifecycle-finished
+    work (no eviction stubs, no finished-task folds)."""
 
     name = "cachepilot-no-evict"
 
     def __init__(self) -> None:
-        super().__init__(Config(maintenance=MaintenanceConfig(evict=False)))
+        super().__init__(
+            Config(maintenance=MaintenanceConfig(evict=False, fold_finished_tasks=False))
+        )
 
 
 class CachePilotNoSchedule(CachePilotStrategy):

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cachepilot.fold import cut_before, emergency_fold, fold_start, plan_fold
+from cachepilot.fold.facts_in_use import output_values
 from cachepilot.lifecycle import LifecycleRegistry, SegmentState
 from cachepilot.maintenance import (
     Candidate,
@@ -185,7 +186,7 @@ class Maintenance(PilotBase):
                 idle_seconds=idle,
                 context_tokens=context,
                 context_window=window,
-                stub_tokens=_stub_tokens,
+                stub_tokens=lambda c: _stub_tokens(c, cfg.stub_keeps_chars if recall else 0),
                 sizes=sizes,
             )
             prune_decision = decision
@@ -300,7 +301,8 @@ class Maintenance(PilotBase):
                 keys,
                 protect_tail_tokens=self.config.maintenance.fold_protect_tokens,
                 summary_tokens=self.config.maintenance.fold_summary_tokens,
-                summary_share=self.config.maintenance.fold_summary_share,
+                # Finished tasks are not in use any more: their summary stays small.
+                summary_share=0.0 if keep_from else self.config.maintenance.fold_summary_share,
                 summary_max_tokens=self.config.maintenance.fold_summary_max_tokens,
                 keep_from=keep_from,
                 **args,
@@ -463,8 +465,12 @@ class Maintenance(PilotBase):
                 },
             )
             refs.append(ref)
+            limit = self.config.maintenance.stub_keeps_chars
+            keeps = output_values(message.text, limit) if limit and recall else []
             texts.append(
-                stub_text(cand.kind, message, cand.tokens, ref, cand.reason, recall=recall)
+                stub_text(
+                    cand.kind, message, cand.tokens, ref, cand.reason, recall=recall, keeps=keeps
+                )
             )
         edits = build_edits(stubbed, texts, refs)
         if not arguments:
@@ -535,7 +541,10 @@ def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:
     return max(round(mean - elapsed), round(elapsed * horizon))
 
 
-def _stub_tokens(candidate: Candidate) -> int:
-    # A stub is about 30 tokens whatever it names (its exact text needs the ref); reduced
-    # arguments were counted when the candidate was found.
-    return candidate.kept_tokens
+def _stub_tokens(candidate: Candidate, keeps_chars: int = 0) -> int:
+    # A stub is about 30 tokens whatever it names (its exact text needs the ref), plus the
+    # values it keeps (about 4 characters a token); reduced arguments were counted when the
+    # candidate was found.
+    if candidate.kind == "args":
+        return candidate.kept_tokens
+    return candidate.kept_tokens + keeps_chars // 4

@@ -54,9 +54,10 @@ __all__ = [
 _STUB_MAX_LABEL = 60
 _STUB = re.compile(
     r"\[[^\n]{1,60} output (?:pruned|evicted)(?: \([^\n]{0,80}\))?: [\d,]{1,15} tokens; "
-    r'(?:full text: recall\(ref="[0-9a-f]{12}"\)|full text elided)\]'
+    r'(?:full text: recall\(ref="[0-9a-f]{12}"\)|full text elided)(?:; keeps: [^\n\]]{1,400})?\]'
 )
-_STUB_MAX_CHARS = 300
+_STUB_MAX_CHARS = 720
+_KEEPS_MAX_CHARS = 409  # "; keeps: " and 400 characters, as `_STUB` allows
 
 
 class MaintenanceConfig(BaseModel):
@@ -85,6 +86,9 @@ class MaintenanceConfig(BaseModel):
     """Prune only when it would remove at least this many tokens."""
     min_result_tokens: int = 200
     """Results smaller than this are not worth a stub."""
+    stub_keeps_chars: int = 240
+    """A stub keeps this many characters of the output's most telling exact values (names
+    it defines, identifiers, paths, numbers) in view; 0 keeps none."""
     reduce_arguments: bool = True
     """Also reduce large tool-call arguments (a file's content in a `write` call) of calls
     answered before the last `protect_results` results (and the last `protect_user_turns`
@@ -104,15 +108,15 @@ class MaintenanceConfig(BaseModel):
     and eviction do not bring the context below it, the history is folded)."""
     fold: bool = True
     """Fold (summarize) as the last resort past the fold trigger."""
-    fold_protect_tokens: int = 10_000
+    fold_protect_tokens: int = 2_000
     """Tokens at the end of the history a fold never summarizes."""
     fold_by_cost: bool = True
     """Also fold below the trigger when the cost model says the fold pays for its re-miss."""
-    fold_min_tokens: int = 15_000
+    fold_min_tokens: int = 6_000
     """A cost-model fold must remove at least this many tokens."""
     fold_summary_tokens: int = 800
     """Least size of a fold summary (the cost model counts on its size)."""
-    fold_summary_share: float = 0.0
+    fold_summary_share: float = 0.4
     """A fold summary may take this share of the view tokens it replaces (room for the exact
     values of a long stretch of work), within [`fold_summary_tokens`,
     `fold_summary_max_tokens`] and never less than the summary it replaces; 0 keeps every
@@ -153,6 +157,8 @@ class MaintenanceConfig(BaseModel):
             raise ValueError("fold_summary_share must be within [0, 0.5]")
         if not 1 <= self.fold_summary_tokens <= self.fold_summary_max_tokens:
             raise ValueError("need 1 <= fold_summary_tokens <= fold_summary_max_tokens")
+        if not 0 <= self.stub_keeps_chars <= 400:
+            raise ValueError("stub_keeps_chars must be within [0, 400]")
         if self.argument_min_chars < 200:
             raise ValueError("argument_min_chars must be >= 200")
         if not 0 <= self.argument_preview_chars <= self.argument_min_chars // 2:
@@ -180,7 +186,8 @@ class Candidate:
     """Tokens of the result as it stands (`args`: of the arguments to reduce)."""
     reason: str
     kept_tokens: int = 30
-    """Tokens left after the edit (a stub: about 30; `args`: the reduced arguments)."""
+    """Tokens left after the edit (a stub: about 30, and what it keeps; `args`: the reduced
+    arguments)."""
     calls: tuple[str, ...] = ()
     """`args` only: ids of the calls whose arguments are reduced."""
 
@@ -214,9 +221,11 @@ def stub_text(
     reason: str,
     *,
     recall: bool = True,
+    keeps: Sequence[str] = (),
 ) -> str:
     """Deterministic one-line stub that names the ref to recall (without `recall`, the model
-    has no recall tool: the stub says the text was elided).
+    has no recall tool: the stub says the text was elided) and, when given, the exact values
+    of the output it keeps in view (`keeps`, see `fold.facts_in_use.output_values`).
 
     The reason may come from a model (the LLM lifecycle estimator): credential shapes in it
     are replaced (`cachepilot.redact`).
@@ -224,7 +233,11 @@ def stub_text(
     label = (message.name or "tool")[:_STUB_MAX_LABEL]
     verb = "pruned" if kind == "stub" else "evicted"
     why = f" ({redact(reason)})" if reason and kind == "evict" else ""
-    return f"[{label} output {verb}{why}: {tokens:,} tokens; {pointer(ref if recall else None)}]"
+    kept = "; keeps: " + ", ".join(keeps) if keeps else ""
+    return (
+        f"[{label} output {verb}{why}: {tokens:,} tokens; "
+        f"{pointer(ref if recall else None)}{kept[:_KEEPS_MAX_CHARS]}]"
+    )
 
 
 def is_stub(text: str) -> bool:
@@ -450,14 +463,18 @@ class FoldEstimate:
 
 
 def _estimate(
-    sizes: Sequence[int], start: int, cut: int, config: MaintenanceConfig, rate: Rates
+    sizes: Sequence[int],
+    start: int,
+    cut: int,
+    config: MaintenanceConfig,
+    rate: Rates,
+    *,
+    scaled: bool = True,
 ) -> FoldEstimate:
     folded = sum(sizes[start:cut])
+    share = config.fold_summary_share if scaled else 0.0
     removed = folded - summary_budget(
-        folded,
-        config.fold_summary_tokens,
-        config.fold_summary_share,
-        config.fold_summary_max_tokens,
+        folded, config.fold_summary_tokens, share, config.fold_summary_max_tokens
     )
     remiss = sum(sizes[start:]) - removed
     pays = removed > 0 and removed * rate.saving_per_token > remiss * rate.remiss_per_token
@@ -516,8 +533,11 @@ def task_fold_estimate(
     expected_calls: int,
 ) -> FoldEstimate:
     """The cost model on folding view messages `[start, cut)` (finished tasks) into one
-    summary, over `expected_calls` remaining calls (`sizes`: tokens per view message)."""
-    return _estimate(sizes, start, cut, config, rates(config, price, 0, expected_calls))
+    summary, over `expected_calls` remaining calls (`sizes`: tokens per view message).
+    Finished work is not in use: its summary keeps the least size, `fold_summary_tokens`."""
+    return _estimate(
+        sizes, start, cut, config, rates(config, price, 0, expected_calls), scaled=False
+    )
 
 
 def decide(

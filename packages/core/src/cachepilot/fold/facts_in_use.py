@@ -8,7 +8,8 @@ command that printed them), most recent source first:
 * values the agent already repeated or acted on (its text or tool-call arguments) come first
   in their group, then names the output defines (`class X`, `def f`), then the rest by how
   specific and how frequent they are;
-* a file read twice counts by its latest read (its latest known content);
+* a file read several times (in parts, or again after a change) gathers the values of
+  every read and takes the place of its latest;
 * values already in the rest of the summary, or in the kept tail, are left out.
 
 Pure, deterministic and linear in the folded text: each output is scanned through a bounded
@@ -27,7 +28,7 @@ from cachepilot.messages import Message
 from cachepilot.redact import redact
 from cachepilot.tokens import TokenCounter
 
-__all__ = ["FACTS_HEADER", "facts_in_use"]
+__all__ = ["FACTS_HEADER", "facts_in_use", "output_values"]
 
 FACTS_HEADER = "Facts in use (exact values from folded tool output, latest first):"
 
@@ -39,6 +40,9 @@ _MAX_VALUE_CHARS = 100
 _LABEL_CHARS = 80
 _KEY_CHARS = 300
 _READ_LABEL = "file "
+_HALF_LIFE = 30.0
+"""Messages after which a value's priority halves."""
+_MAX_MISSES = 64
 _IN_USE = 10.0
 """Score added to a value the agent repeated or acted on."""
 _DEFINED = 2.0
@@ -51,6 +55,8 @@ class _Source:
     """The file or command the values came from, whole (the key of the source)."""
     order: int
     values: dict[str, float] = field(default_factory=dict)
+    seen: dict[str, int] = field(default_factory=dict)
+    """Index of the message that last showed or used each value."""
 
 
 def facts_in_use(
@@ -82,31 +88,40 @@ def facts_in_use(
         id(s): [v for v in _ranked(s.values) if v not in exclude_text and v not in s.label]
         for s in newest_first
     }
-    # Tiers across sources: what the agent acted on, then definitions, then the rest; each
-    # tier newest source first, so an old value in use beats a new value never used.
+    # One ranking across sources: a value's score (in use, defined, specific) fades with the
+    # messages since the agent last saw or used it, so recent work wins over old work and a
+    # value in use wins over one of the same age never used.
+    end = len(messages)
+    candidates = sorted(
+        (
+            (
+                -s.values[v] * 0.5 ** ((end - s.seen.get(v, s.order)) / _HALF_LIFE),
+                -s.order,
+                v,
+                s,
+            )
+            for s in newest_first
+            for v in ranked[id(s)]
+        ),
+        key=lambda c: c[:3],
+    )
     chosen: dict[int, set[str]] = {id(s): set() for s in newest_first}
     order: list[tuple[int, str]] = []  # pick order: the last picked goes first when trimming
     used = counter.count(FACTS_HEADER)
-    full = False
-    for floor in (_IN_USE, _DEFINED, 0.0):
-        for source in newest_first:
-            picked = chosen[id(source)]
-            for value in ranked[id(source)]:
-                if source.values[value] < floor or value in picked:
-                    continue
-                cost = counter.count(value) + 1
-                if not picked:
-                    cost += counter.count(f"- {_display(source.label)}: ") + 1
-                if used + cost > budget_tokens:
-                    full = True
-                    break
-                used += cost
-                picked.add(value)
-                order.append((id(source), value))
-            if full:
+    misses = 0
+    for _, _, value, source in candidates:
+        picked = chosen[id(source)]
+        cost = counter.count(value) + 1
+        if not picked:
+            cost += counter.count(f"- {_display(source.label)}: ") + 1
+        if used + cost > budget_tokens:
+            misses += 1
+            if misses > _MAX_MISSES:
                 break
-        if full:
-            break
+            continue
+        used += cost
+        picked.add(value)
+        order.append((id(source), value))
     while order:
         text = _render(newest_first, chosen, ranked)
         over = counter.count(text) - budget_tokens
@@ -121,6 +136,26 @@ def facts_in_use(
     return ""
 
 
+def output_values(text: str, max_chars: int) -> list[str]:
+    """The most telling exact values of one tool output (names it defines, then the most
+    specific and frequent), as many as fit in `max_chars` joined by ", "; credentials
+    redacted first. For the stub that replaces the output."""
+    if max_chars <= 0 or not text:
+        return []
+    scored = _score(redact(patterns.window(text, _SCAN_HEAD, _SCAN_TAIL)))
+    out: list[str] = []
+    used = 0
+    for value in _ranked(scored):
+        if "]" in value or ";" in value:
+            continue
+        cost = len(value) + (2 if out else 0)
+        if used + cost > max_chars:
+            continue
+        out.append(value)
+        used += cost
+    return out
+
+
 def _render(
     newest_first: Sequence[_Source], chosen: dict[int, set[str]], ranked: dict[int, list[str]]
 ) -> str:
@@ -133,7 +168,7 @@ def _render(
 
 
 def _collect(messages: Sequence[Message]) -> list[_Source]:
-    """Values of each tool output, scored; a file's later read replaces its earlier one."""
+    """Values of each tool output, scored and gathered by file or command."""
     labels: dict[str, str] = {}
     for message in messages:
         for call in message.tool_calls:
@@ -150,13 +185,13 @@ def _collect(messages: Sequence[Message]) -> list[_Source]:
             if not values:
                 continue
             source = by_label.get(label)
-            if source is None or _is_file(label):
-                # The latest read of a file is what the agent knows of it now.
+            if source is None:
                 source = _Source(label, order)
                 by_label[label] = source
             source.order = order
             for value, score in values.items():
                 source.values[value] = max(score, source.values.get(value, 0.0))
+                source.seen[value] = order
                 origin[value] = label
             if len(by_label) > _MAX_SOURCES:
                 oldest = min(by_label.values(), key=lambda s: s.order)
@@ -167,6 +202,7 @@ def _collect(messages: Sequence[Message]) -> list[_Source]:
                 if found is not None and value in found.values:
                     # The agent repeated it or acted on it: it is in use.
                     found.values[value] += _IN_USE
+                    found.seen[value] = order
     return [s for s in by_label.values() if s.values]
 
 
@@ -213,10 +249,6 @@ def _label(name: str, args: dict[str, object] | object) -> str:
     if facts.command:
         return "$ " + _bounded(facts.command.splitlines()[0] if facts.command else "")
     return _bounded(name)
-
-
-def _is_file(label: str) -> bool:
-    return label.startswith(_READ_LABEL)
 
 
 def _bounded(text: str) -> str:
