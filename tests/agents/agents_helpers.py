@@ -27,11 +27,16 @@ class Clock:
 
 
 def eager_config(**maintenance: Any) -> Config:
-    """A config whose maintenance fires within a few dozen small calls."""
+    """A config whose maintenance fires within a few dozen small calls (stubs and
+    evictions first: folds as large as they were before summaries scaled, so the stubs
+    these tests watch reach the model before a fold takes them)."""
     defaults: dict[str, Any] = {
         "protect_tool_tokens": 3_000,
         "protect_results": 2,
         "min_prune_tokens": 1_000,
+        "fold_protect_tokens": 10_000,
+        "fold_min_tokens": 15_000,
+        "fold_summary_share": 0.0,
     }
     defaults.update(maintenance)
     return Config(maintenance=MaintenanceConfig(**defaults))

@@ -224,7 +224,7 @@ def test_compressor_never_runs_on_already_sent_history() -> None:
     config = Config(
         maintenance=MaintenanceConfig(
             schedule="fixed", every=1, protect_tool_tokens=0, protect_results=1,
-            min_prune_tokens=1, min_result_tokens=1, fold=False,
+            min_prune_tokens=1, min_result_tokens=1, fold=False, stub_keeps_chars=0,
         )
     )  # fmt: skip
     compressor = ObservationCompressor(model)

@@ -74,13 +74,29 @@ def test_a_tight_budget_keeps_the_values_in_use_over_newer_unused_ones() -> None
     assert COUNTER.count(section) <= 45
 
 
-def test_a_file_counts_by_its_latest_read() -> None:
+def test_reads_of_one_file_gather_on_one_line_placed_by_the_latest() -> None:
     messages = _session()
     messages += _read("r3", "lib/spotter/registry.ex", _module("SessionRegistry", ["fetch_one"]))
     section = facts_in_use(messages, 400, COUNTER)
-    registry = next(line for line in section.splitlines() if "registry.ex" in line)
-    assert "fetch_one" in registry and "lookup_all" not in registry
+    lines = section.splitlines()
+    registry = next(line for line in lines if "registry.ex" in line)
+    assert "fetch_one" in registry and "lookup_all" in registry  # a part read earlier too
     assert section.count("registry.ex") == 1
+    assert lines[1] == registry  # the newest read leads
+    # an edit's confirmation adds a line of its own: it does not replace the read
+    messages += [
+        Message(
+            role="assistant",
+            content="",
+            tool_calls=(
+                ToolCall("e1", "Edit", json.dumps({"file_path": "lib/spotter/registry.ex"})),
+            ),
+        ),
+        Message(role="tool", content="Updated fetch_all_sessions", tool_call_id="e1", name="Edit"),
+    ]
+    section = facts_in_use(messages, 400, COUNTER)
+    assert "- edit lib/spotter/registry.ex: fetch_all_sessions" in section
+    assert "lookup_all" in section
 
 
 def test_values_still_in_view_are_not_repeated() -> None:

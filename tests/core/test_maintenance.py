@@ -297,6 +297,7 @@ def test_no_fold_when_pruning_is_enough() -> None:
         fold_trigger=0.5,
         fold_protect_tokens=4_000,
         protect_tool_tokens=4_000,
+        fold_by_cost=False,  # the trigger's rule: a fold the cost model wants is another one
     )
     pilot = CachePilot(Config(maintenance=maintenance), store=InMemoryArtifactStore())
     for i, snap in enumerate(_build([(2, [3_000, 3_000, 0], False) for _ in range(30)])):

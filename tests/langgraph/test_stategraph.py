@@ -128,7 +128,7 @@ def test_long_session_reduces_recalls_and_stays_prefix_stable(scripted) -> None:
     commands = [
         m for m in saved["messages"] if isinstance(m, ToolMessage) and m.name == "run_command"
     ]
-    assert len(commands) >= 10  # (some may have been folded away by a maintenance epoch)
+    assert len(commands) >= 6  # (some may have been folded away by a maintenance epoch)
     assert all(len(str(m.content)) < len(command_log("make step0")) // 10 for m in commands)
     assert all(REF.search(str(m.content)) for m in commands)
     assert all(m.response_metadata.get("cachepilot") == "ingested" for m in commands)

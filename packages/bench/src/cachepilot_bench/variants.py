@@ -31,14 +31,15 @@ _VARIANT = re.compile(r"cachepilot\[([^\[\]]{0,400})\]")
 _MAX_SETTINGS = 12
 
 SWEEP_GRID: Mapping[str, Sequence[Any]] = {
-    "fold_protect_tokens": (4_000, 6_000, 10_000),
+    "fold_protect_tokens": (2_000, 4_000, 10_000),
     "fold_min_tokens": (6_000, 15_000),
     "horizon": (0.5, 1.0),
-    "fold_summary_tokens": (800, 1_600, 3_200),
+    "fold_summary_share": (0.0, 0.2, 0.4),
 }
-"""The knobs `--sweep` varies (every combination; the other settings keep their defaults):
-how much recent history a fold keeps, the least a fold must remove, how long the cost model
-expects a session to go on, and how large a fold summary may be."""
+"""The knobs `--sweep` varies (every combination; the other settings keep their defaults,
+which are one point of the grid): how much recent history a fold keeps, the least a fold
+must remove, how long the cost model expects a session to go on, and how large a fold
+summary may grow with what it replaces."""
 
 
 def is_variant(name: str) -> bool:
