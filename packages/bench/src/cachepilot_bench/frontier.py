@@ -68,18 +68,21 @@ class Dominance:
     def verdict(self) -> str:
         """One line a person reads."""
         peer = self.peer
-        if self.best is not None:
-            sign = "<" if self.dominated else "≥"
+        head = f"{peer.name} {peer.cost_ratio:.3f}× at {peer.fidelity_visible:.3f}: "
+        if self.best is not None and self.dominated:
             return (
-                f"{peer.name} {peer.cost_ratio:.3f}× at {peer.fidelity_visible:.3f}: "
-                f"{self.best.name} {self.best.cost_ratio:.3f}× {sign} at "
-                f"{self.best.fidelity_visible:.3f}" + ("" if self.dominated else " (not cheaper)")
+                f"{head}beaten by {self.best.name}, {self.best.cost_ratio:.3f}× at "
+                f"{self.best.fidelity_visible:.3f}"
+            )
+        if self.best is not None:
+            return (
+                f"{head}not beaten: the cheapest setting as faithful, {self.best.name}, "
+                f"costs {self.best.cost_ratio:.3f}×"
             )
         if self.closest is None:
             return f"{peer.name}: no cachepilot setting in this run"
         return (
-            f"{peer.name} {peer.cost_ratio:.3f}× at {peer.fidelity_visible:.3f}: out of reach, "
-            f"the most faithful setting {self.closest.name} reaches "
+            f"{head}out of reach: the most faithful setting, {self.closest.name}, reaches "
             f"{self.closest.fidelity_visible:.3f} at {self.closest.cost_ratio:.3f}×"
         )
 
@@ -218,6 +221,8 @@ def write_frontier_plot(doc: Mapping[str, Any], path: str | Path, *, title: str 
             [p.cost_ratio for p in line],
             color="#C00000",
             linewidth=1.8,
+            marker="o",
+            markersize=4,
             label="cachepilot frontier",
             zorder=4,
         )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from cachepilot.facts import count_candidates, extract_candidates, message_search_text
 from cachepilot.memory import patterns
@@ -43,6 +44,9 @@ _READ_LABEL = "file "
 _HALF_LIFE = 30.0
 """Messages after which a value's priority halves."""
 _MAX_MISSES = 64
+_MAX_MESSAGES = 8 * int(_HALF_LIFE) * 2
+_SECRET_MIN_CHARS = 16
+_DEDUPE_AGAINST = 24
 _IN_USE = 10.0
 """Score added to a value the agent repeated or acted on."""
 _DEFINED = 2.0
@@ -80,6 +84,8 @@ def facts_in_use(
     """
     if budget_tokens <= 0 or not messages:
         return ""
+    # Messages older than 16 half-lives weigh under 1/65,000 of a new one: not read.
+    messages = messages[-_MAX_MESSAGES:]
     sources = _collect(messages)
     if not sources:
         return ""
@@ -142,7 +148,7 @@ def output_values(text: str, max_chars: int) -> list[str]:
     redacted first. For the stub that replaces the output."""
     if max_chars <= 0 or not text:
         return []
-    scored = _score(redact(patterns.window(text, _SCAN_HEAD, _SCAN_TAIL)))
+    scored = _output_scores(text)
     out: list[str] = []
     used = 0
     for value in _ranked(scored):
@@ -178,10 +184,7 @@ def _collect(messages: Sequence[Message]) -> list[_Source]:
     for order, message in enumerate(messages):
         if message.role == "tool":
             label = labels.get(message.tool_call_id or "") or _bounded(message.name or "tool")
-            # Redacted before values are cut out of it: a secret stripped of its
-            # `key=` context would no longer look like one.
-            text = redact(patterns.window(message.text, _SCAN_HEAD, _SCAN_TAIL))
-            values = _score(text)
+            values = _output_scores(message.text)
             if not values:
                 continue
             source = by_label.get(label)
@@ -206,13 +209,27 @@ def _collect(messages: Sequence[Message]) -> list[_Source]:
     return [s for s in by_label.values() if s.values]
 
 
+def _output_scores(text: str) -> dict[str, float]:
+    """`_score` of one tool output's scan window (redacted first), memoised: the same output
+    is scored again at every later fold of a range that holds it."""
+    return dict(_scored_window(patterns.window(text, _SCAN_HEAD, _SCAN_TAIL)))
+
+
+@lru_cache(maxsize=2_048)
+def _scored_window(window: str) -> tuple[tuple[str, float], ...]:
+    # Redacted before values are cut out of it: a secret stripped of its `key=` context
+    # would no longer look like one.
+    return tuple(_score(redact(window)).items())
+
+
 def _score(text: str) -> dict[str, float]:
     definitions = set(patterns.code_definitions(text))
     scored: dict[str, float] = {}
     for value, count in count_candidates(text).items():
-        if len(value) > _MAX_VALUE_CHARS or "\n" in value or value != redact(value):
-            # (a value that still looks like a credential on its own is left out too)
+        if len(value) > _MAX_VALUE_CHARS or "\n" in value:
             continue
+        if len(value) >= _SECRET_MIN_CHARS and value != redact(value):
+            continue  # a value that still looks like a credential on its own
         score = patterns.specificity(value) + min(count, 5) * 0.2 + min(len(value), 40) / 40
         if value in definitions or value.rsplit(".", 1)[-1] in definitions:
             score += _DEFINED
@@ -231,7 +248,8 @@ def _ranked(values: dict[str, float]) -> list[str]:
     # A value inside a longer kept value adds nothing the longer one does not say.
     kept: list[str] = []
     for value in ordered:
-        if not any(value in other for other in kept):
+        # (against the first few only: the check is quadratic, and the top matters most)
+        if not any(value in other for other in kept[:_DEDUPE_AGAINST]):
             kept.append(value)
     return kept
 

@@ -11,6 +11,11 @@ from cachepilot.tokens import TokenCounter, get_counter
 
 __all__ = ["ResumeBlockSummarizer"]
 
+MAX_REBUILD_MESSAGES = 600
+"""A range of more source messages is summarized differentially (the previous summary's
+lines and the new messages): rebuilding the memory of all of them at every fold would cost
+time in proportion to the whole session."""
+
 _BLOCK_FLOOR = 300
 """Below this budget the session-memory block gets the whole of it."""
 
@@ -19,9 +24,10 @@ class ResumeBlockSummarizer:
     """Zero-LLM summarizer: the `SessionMemory` resume block of the folded messages.
 
     Differential: when the request carries the source messages of the whole range (earlier
-    folds included), the block is rebuilt from all of them, so facts of every part compete
-    for the budget on equal terms. Otherwise the previous summary's lines are kept (as many
-    as fit, from the top) under "Earlier:", followed by the resume block of the new messages.
+    folds included, up to `MAX_REBUILD_MESSAGES` of them), the block is rebuilt from all of
+    them, so facts of every part compete for the budget on equal terms. Otherwise the
+    previous summary's lines are kept (as many as fit, from the top) under "Earlier:",
+    followed by the resume block of the new messages.
     A "facts in use" section follows (`fold.facts_in_use`): the exact values of the folded
     tool outputs, the ones the agent acted on first, grouped by the file or command they came
     from; it takes what the block leaves of the budget (the block gets at least
@@ -79,7 +85,9 @@ class ResumeBlockSummarizer:
             lines.pop()
 
     def _block(self, request: FoldRequest, budget: int, counter: TokenCounter) -> str:
-        if request.source_messages:
+        if request.source_messages and (
+            len(request.source_messages) <= MAX_REBUILD_MESSAGES or not request.previous_summary
+        ):
             return SessionMemory.from_messages(request.source_messages).resume_block(
                 budget, counter
             )
