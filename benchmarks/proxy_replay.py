@@ -25,9 +25,10 @@ from typing import Any
 
 import httpx
 
-from cachepilot import CachePilot, Config
+from cachepilot import CachePilot
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.proxy import ProxyConfig, ProxyEngine, create_app
+from cachepilot.proxy.engine import proxy_pilot_config
 from cachepilot.sim import get_profile
 from cachepilot.state_store import MemoryStateStore
 from cachepilot.tokens import get_counter
@@ -64,7 +65,8 @@ async def _straight(bodies: list[dict[str, Any]], provider: ReplayProvider) -> N
 
 async def _proxied(bodies: list[dict[str, Any]], provider: ReplayProvider, profile: str) -> None:
     config = ProxyConfig(upstream=provider.base_url, provider=profile, clock=provider.clock)
-    pilot = CachePilot(Config(provider=profile), store=InMemoryArtifactStore())
+    # The pilot the proxy builds by default (`cachepilot proxy`), with an in-memory archive.
+    pilot = CachePilot(proxy_pilot_config(profile), store=InMemoryArtifactStore())
     engine = ProxyEngine(config, pilot=pilot, state_store=MemoryStateStore())
     transport = httpx.ASGITransport(app=create_app(engine))
     async with httpx.AsyncClient(transport=transport, base_url="http://proxy", timeout=120) as c:

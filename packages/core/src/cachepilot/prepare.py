@@ -173,6 +173,17 @@ class Preparation(Maintenance):
             )
         return plan_breakpoints(rendered, client, None, chosen, stable=stable)
 
+    def stable_anchors(self, messages: Sequence[Message], thread: str = "default") -> list[int]:
+        """The stable cache anchors of the view `prepare` just returned for `thread`
+        (message indices, most important first; empty for any other list): the messages
+        before the first one a maintenance point could rewrite. For callers that place the
+        marks themselves (the proxy) with `cachepilot.breakpoints.plan_breakpoints`."""
+        check_pilot_thread(thread)
+        counter = get_counter(self.config.encoding)
+        state = self.state(thread)
+        with self._lock:
+            return self._anchors(state, self._views.get(thread), messages, counter)
+
     def _anchors(
         self,
         state: PilotState,

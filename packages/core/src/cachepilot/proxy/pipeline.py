@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachepilot.breakpoints import plan_breakpoints
 from cachepilot.canonical import tool_name
 from cachepilot.messages import Message
 from cachepilot.pilot import CachePilot
-from cachepilot.proxy.breakpoints import plan_breakpoints
 from cachepilot.proxy.config import ProxyConfig
 from cachepilot.proxy.memory import ThreadMemory
 from cachepilot.proxy.recall import recall_tool
@@ -135,7 +135,14 @@ class Pipeline:
         )
         rendered = render_request(request, get_counter())
         client = written.breakpoints or []
-        added = plan_breakpoints(rendered, client, memory.sent, self._breakpoints)
+        # The same view read back: its stable anchors (before the first message the next
+        # maintenance point may rewrite) keep that prefix written across a rewrite.
+        stable = _written_indices(
+            self.pilot.stable_anchors(prepared.messages, prepared.thread),
+            prepared.messages,
+            len(written.messages),
+        )
+        added = plan_breakpoints(rendered, client, memory.sent, self._breakpoints, stable=stable)
         memory.sent = rendered
         prepared.added_marks = added
         if not added:
@@ -144,6 +151,21 @@ class Pipeline:
         for index in added:
             body = mark_breakpoints(body, written, [index], _control_for(index, controls))
         return body
+
+
+def _written_indices(indices: Sequence[int], sent: Sequence[Message], written: int) -> list[int]:
+    """`indices` of the neutral messages `sent` as indices of the body read back (`written`
+    messages): the Messages writer joins consecutive user messages that are not tool results
+    (a fold summary after the task statement) into one. Empty when the counts disagree."""
+    joined = 0
+    shift: list[int] = []
+    for i, message in enumerate(sent):
+        if i and message.role == "user" and sent[i - 1].role == "user":
+            joined += 1
+        shift.append(joined)
+    if len(sent) - joined != written:
+        return []
+    return [i - shift[i] for i in indices if 0 <= i < len(sent)]
 
 
 def _restore_tool_marks(
