@@ -77,7 +77,7 @@ def facts_in_use(
         budget_tokens: the section's size limit under `counter` (0 → empty).
         counter: token counter.
         exclude_text: text the model still sees (the rest of the summary, the kept tail):
-            values found in it are not repeated.
+            values found in it (as fact-shaped values of their own) are not repeated.
 
     Returns:
         The section (header and one line per source), or "" when nothing fits.
@@ -90,8 +90,11 @@ def facts_in_use(
     if not sources:
         return ""
     newest_first = sorted(sources, key=lambda s: -s.order)
+    # The values in view, found in one pass (a substring test per value would cost the
+    # text's length for each of them).
+    shown = set(count_candidates(exclude_text)) if exclude_text else set()
     ranked = {
-        id(s): [v for v in _ranked(s.values) if v not in exclude_text and v not in s.label]
+        id(s): [v for v in _ranked(s.values) if v not in shown and v not in s.label]
         for s in newest_first
     }
     # One ranking across sources: a value's score (in use, defined, specific) fades with the
