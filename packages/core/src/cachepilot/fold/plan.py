@@ -359,8 +359,6 @@ def emergency_fold(
     plan: Plan | None = None,
     summary_tokens: int = 800,
     recall: bool = True,
-    summary_share: float = 0.0,
-    summary_max_tokens: int | None = None,
 ) -> Edit | None:
     """A fold after a provider context-length error: small protected tail, any range size.
 
@@ -397,8 +395,6 @@ async def aemergency_fold(
     plan: Plan | None = None,
     summary_tokens: int = 800,
     recall: bool = True,
-    summary_share: float = 0.0,
-    summary_max_tokens: int | None = None,
 ) -> Edit | None:
     """Async `emergency_fold`."""
     return await aplan_fold(

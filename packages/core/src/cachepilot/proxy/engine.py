@@ -119,8 +119,8 @@ def _one(messages: Sequence[Message]) -> Message:
 PROXY_FOLD_MIN_TOKENS = 15_000
 """The least fold of the proxy's default pilot (the library's default is 6,000). Replaying the
 recorded Claude Code sessions through the proxy on `anthropic-1h`
-(`benchmarks/proxy_replay.py`), 6,000-token folds cost 0.939 × the straight requests and
-15,000-token folds 0.855 ×: each fold writes the rest of the prompt again at the write
+(`benchmarks/proxy_replay.py`), 6,000-token folds cost 0.940 × the straight requests and
+15,000-token folds 0.854 ×: each fold writes the rest of the prompt again at the write
 premium."""
 
 
