@@ -73,10 +73,7 @@ def count_candidates(text: str) -> dict[str, int]:
 
 def extract_candidates(text: str) -> set[str]:
     """Fact-shaped substrings of `text` (paths, identifiers, numbers, hex ids, quoted strings)."""
-    found = {m.group(0) for m in _CANDIDATE.finditer(text)}
-    for m in _QUOTE.finditer(text):
-        found.add(m.group(1) or m.group(2))
-    return {f.strip() for f in found if len(f.strip()) >= _MIN_LEN}
+    return set(count_candidates(text))
 
 
 @dataclass(frozen=True, slots=True)

@@ -162,15 +162,12 @@ class Preparation(Maintenance):
         chosen = get_profile(profile or self.config.provider)
         if chosen.match != "breakpoints":
             chosen = get_profile("anthropic")
-        counter = get_counter(self.config.encoding)
-        state = self.state(thread)
-        with self._lock:
-            stable = self._anchors(state, self._views.get(thread), messages, counter)
-            rendered = render_request(
-                Request(system=system, messages=messages, tools=tools),
-                counter,
-                hidden_prefix_tokens=hidden_prefix_tokens,
-            )
+        stable = self.stable_anchors(messages, thread)
+        rendered = render_request(
+            Request(system=system, messages=messages, tools=tools),
+            get_counter(self.config.encoding),
+            hidden_prefix_tokens=hidden_prefix_tokens,
+        )
         return plan_breakpoints(rendered, client, None, chosen, stable=stable)
 
     def stable_anchors(self, messages: Sequence[Message], thread: str = "default") -> list[int]:

@@ -268,7 +268,7 @@ def _label(name: str, args: dict[str, object] | object) -> str:
             # file; it does not replace the read.
             return "edit " + _bounded(touch.path)
     if facts.command:
-        return "$ " + _bounded(facts.command.splitlines()[0] if facts.command else "")
+        return "$ " + _bounded(facts.command.splitlines()[0])
     return _bounded(name)
 
 
