@@ -1,4 +1,4 @@
-"""Every ```python block of the READMEs runs as written.
+"""Every ```python block of the READMEs and the documentation pages runs as written.
 
 A block runs in a fresh interpreter, in an empty folder, with a private cachepilot home and no
 API keys (top-level `await` allowed). An HTML comment on the line before a block changes that:
@@ -26,6 +26,7 @@ READMES = [
     ROOT / "packages" / "core" / "README.md",
     ROOT / "packages" / "langgraph_plugin" / "README.md",
     ROOT / "packages" / "openai_agents_plugin" / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
 ]
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 _MARK = re.compile(r"<!--\s*snippet:\s*(skip|env)\b([^>]*?)-->\s*$")

@@ -98,10 +98,9 @@ class CachePilotChatModel(BaseChatModel):
         model: the chat model to call (anything with `bind_tools`).
         pilot: the pilot shared with the graph's node, tool node and reducer;
             `CachePilot()` when omitted.
-        namespace: prefix of the cachepilot thread (as given to the other components).
-        clock: time source for the cold-cache rule (`time.time`).
-        use_graph_store: route artifacts to the graph's `BaseStore` when the pilot has no
-            store of its own yet.
+        **kwargs: the other fields by name (`namespace`, the prefix of the cachepilot thread
+            as given to the other components; `clock`; `use_graph_store`), each documented
+            below.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
