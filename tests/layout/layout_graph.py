@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,8 +86,17 @@ def _package_of(module: str, path: Path) -> str:
     return module if path.name == "__init__.py" else module.rpartition(".")[0]
 
 
+@functools.lru_cache(maxsize=4096)
+def _imports_cached(module: str, path: Path, stamp: float) -> tuple[Import, ...]:
+    return tuple(_read_imports(module, path))
+
+
 def imports_of(module: str, path: Path) -> list[Import]:
     """Every import of one module, with absolute names (relative imports resolved)."""
+    return list(_imports_cached(module, path, path.stat().st_mtime))
+
+
+def _read_imports(module: str, path: Path) -> list[Import]:
     found: list[Import] = []
     for node, kind in _walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):

@@ -78,10 +78,9 @@ def test_the_hidden_cycle_checks_see_lazy_and_type_only_imports(tmp_path: Path) 
     )
     c.write_text("def g():\n    import cachepilot.b\n", encoding="utf-8")
     known = {"cachepilot.a": a, "cachepilot.b": b, "cachepilot.c": c}
-    kinds = [(i.name, i.kind) for i in imports_of("cachepilot.b", b)]
+    kinds = [(i.name, i.kind) for i in imports_of("cachepilot.b", b) if i.name.startswith(OURS)]
     assert kinds == [("cachepilot.a.A", "type"), ("cachepilot.c", "function")]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("test_imports.modules", lambda: known)
         patch.setattr("layout_graph.modules", lambda: known)
         assert _hidden_cycles("type", known) == ["cachepilot.b:3 -> cachepilot.a"]
         assert _hidden_cycles("function", known) == [
