@@ -36,13 +36,41 @@ WATCHED='^(pydantic|tiktoken|langchain|langchain-core|langchain-openai|langchain
 
 FAILED=()
 
+# `package locked -> resolved` for each watched package the resolution moved past uv.lock.
+newer_than_lock() {
+    python3 - "$1" "$WATCHED" <<'PY'
+import re
+import sys
+import tomllib
+
+with open("uv.lock", "rb") as f:
+    locked = {p["name"]: p.get("version") for p in tomllib.load(f).get("package", [])}
+watched = re.compile(sys.argv[2], re.IGNORECASE)
+moved = []
+with open(sys.argv[1], encoding="utf-8") as f:
+    for line in f:
+        line = line.strip()
+        if "==" not in line or not watched.match(line):
+            continue
+        name, version = line.split("==", 1)
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if locked.get(key) != version:
+            moved.append(f"{key} {locked.get(key) or '(not locked)'} -> {version}")
+print(", ".join(moved))
+PY
+}
+
 run_highest() {
     local name="$1" tests="$2"
     shift 2
     local venv="$SCRATCH/$name"
     echo "== $name: highest resolution of $*"
-    # The newest Python this machine has that the packages support.
-    "${UV[@]}" venv --quiet --no-python-downloads --python ">=3.11" "$venv"
+    # The newest Python this machine has (the packages support 3.11 and later).
+    local python
+    for python in 3.14 3.13 3.12 3.11; do
+        "${UV[@]}" venv --quiet --no-python-downloads --python "$python" "$venv" 2>/dev/null && break
+    done
+    [ -x "$venv/bin/python" ] || "${UV[@]}" venv --quiet --no-python-downloads "$venv"
     export VIRTUAL_ENV="$venv"
     local editables=()
     for package in "$@"; do editables+=(-e "$package"); done
@@ -64,9 +92,15 @@ run_highest() {
         "${UV[@]}" pip list --format freeze | grep -Ei "$WATCHED" | tr '\n' ' '
     )"
     echo "$name: $versions"
+    # The releases newer than the lock: where a failure comes from, when the locked
+    # environment passes.
+    local newer
+    newer="$(newer_than_lock "$venv/pins.txt")"
+    echo "$name: newer than uv.lock: ${newer:-none}"
     if ! (cd "$ROOT" && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$tests"); then
-        echo "!! $name: $tests failed on $versions" >&2
-        FAILED+=("$name: $tests failed on $versions")
+        echo "!! $name: $tests failed with the releases newer than uv.lock: ${newer:-none}" >&2
+        echo "!! $name: on $versions" >&2
+        FAILED+=("$name: $tests failed; newer than uv.lock: ${newer:-none}")
     fi
     unset VIRTUAL_ENV
 }
