@@ -67,6 +67,19 @@ def test_no_type_only_import_hides_a_cycle() -> None:
     assert _hidden_cycles("type", modules()) == []
 
 
+def test_the_agents_plugins_pieces_do_not_name_the_plugin() -> None:
+    # The pieces say what they need of `CachePilotAgents` with protocols of their own.
+    known = modules()
+    naming = sorted(
+        f"{name}:{item.line} ({item.kind})"
+        for name, path in known.items()
+        if name.startswith("cachepilot_agents.") and name != "cachepilot_agents.plugin"
+        for item in imports_of(name, path)
+        if resolve(item.name, known) == "cachepilot_agents.plugin"
+    )
+    assert naming == []
+
+
 def test_the_hidden_cycle_checks_see_lazy_and_type_only_imports(tmp_path: Path) -> None:
     a, b, c = (tmp_path / f"{n}.py" for n in "abc")
     a.write_text("import cachepilot.b\n", encoding="utf-8")
