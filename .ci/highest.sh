@@ -80,7 +80,7 @@ run_highest() {
         unset VIRTUAL_ENV
         return
     fi
-    "${UV[@]}" pip freeze --exclude-editable >"$venv/pins.txt"
+    "${UV[@]}" pip freeze --exclude-editable >"$venv/pins.txt" 2>/dev/null
     if ! "${UV[@]}" pip install --quiet --constraint "$venv/pins.txt" "${DEV_TOOLS[@]}"; then
         echo "!! $name: the dev tools do not install beside the newest releases" >&2
         FAILED+=("$name: dev tools")
@@ -89,7 +89,7 @@ run_highest() {
     fi
     local versions
     versions="$("$venv/bin/python" --version 2>&1 | tr ' ' '=' | tr 'P' 'p') $(
-        "${UV[@]}" pip list --format freeze | grep -Ei "$WATCHED" | tr '\n' ' '
+        "${UV[@]}" pip list --format freeze 2>/dev/null | grep -Ei "$WATCHED" | tr '\n' ' '
     )"
     echo "$name: $versions"
     # The releases newer than the lock: where a failure comes from, when the locked
