@@ -69,33 +69,8 @@ ALLOWED: tuple[Allowed, ...] = (
 
 # The Agents SDK suite (`openai-agents` sdist). `[[]` is a literal `[` in these patterns.
 _RECALL_OFFERED = "asserts the exact tool list a model receives; `recall` is offered to it"
-_CACHE_KEY = "asserts the exact request; a `prompt_cache_key` is added where the SDK sets none"
 
 ALLOWED += (
-    Allowed(
-        "agents",
-        "tests/models/test_openai_chatcompletions.py::"
-        "test_custom_base_url_prompt_cache_key_uses_model_settings_only",
-        _CACHE_KEY,
-    ),
-    Allowed(
-        "agents",
-        "tests/models/test_openai_responses.py::"
-        "test_custom_base_url_prompt_cache_key_uses_model_settings_only",
-        _CACHE_KEY,
-    ),
-    Allowed(
-        "agents",
-        "tests/test_prompt_cache_key.py::"
-        "test_runner_skips_generated_prompt_cache_key_when_model_disables_default",
-        _CACHE_KEY,
-    ),
-    Allowed(
-        "agents",
-        "tests/sandbox/test_runtime.py::"
-        "test_runner_applies_compaction_capability_to_input_and_model_settings",
-        _CACHE_KEY,
-    ),
     Allowed(
         "agents",
         "tests/sandbox/test_run_cwd.py::test_python_skill_uses_absolute_root_from_nested_workdir",

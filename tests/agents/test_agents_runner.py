@@ -466,7 +466,7 @@ def test_prompt_cache_key_per_thread(make_pilot: Any) -> None:
         asyncio.run(Runner.run(agent, "hello", run_config=config))
         return [c.model_settings.extra_args for c in model.calls]
 
-    cp = CachePilotAgents(make_pilot())
+    cp = CachePilotAgents(make_pilot(), prompt_cache_key="always")
     key_a = prompt_cache_key_for("alice")
     assert keys(cp.run_config(thread="alice")) == [{"prompt_cache_key": key_a}]
     assert keys(cp.run_config(RunConfig(group_id="bob"))) == [
@@ -481,6 +481,39 @@ def test_prompt_cache_key_per_thread(make_pilot: Any) -> None:
     first, second = keys(cp.run_config()), keys(cp.run_config())
     assert first != second and first[0]["prompt_cache_key"].startswith("cachepilot-")
     assert cp.run_config().model_settings is None  # the run config itself is not changed
+
+
+class _DefaultKeyModel(ScriptedModel):
+    """A model the SDK sends its default `prompt_cache_key` to (an official endpoint's)."""
+
+    def _supports_default_prompt_cache_key(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("mode", ["sdk", "always", "never"])
+def test_prompt_cache_key_follows_the_sdk_by_default(make_pilot: Any, mode: str) -> None:
+    def keys(model: ScriptedModel, config: RunConfig | None = None) -> list[Any]:
+        agent = cp.wrap(Agent(name="x", model=model))
+        asyncio.run(Runner.run(agent, "hello", run_config=config or cp.run_config(thread="t")))
+        return [(c.model_settings.extra_args or {}).get("prompt_cache_key") for c in model.calls]
+
+    cp = CachePilotAgents(make_pilot(), prompt_cache_key=mode)  # type: ignore[arg-type]
+    # A model the SDK sends no default key to (a custom base_url): only "always" adds one.
+    plain = keys(ScriptedModel([[assistant_message("hi")]]))
+    assert plain == [prompt_cache_key_for("t") if mode == "always" else None]
+    # Where the SDK sends its own key, that key goes out unchanged in every mode.
+    sdk = keys(_DefaultKeyModel([[assistant_message("hi")]]))
+    assert sdk[0] is not None and sdk[0].startswith("agents-sdk:")
+    # A settings entry that disables the key (here `None`) is never overridden.
+    off = RunConfig(model_settings=ModelSettings(extra_args={"prompt_cache_key": None}))
+    model = ScriptedModel([[assistant_message("hi")]])
+    assert keys(model, cp.run_config(off, thread="t")) == [None]
+    assert model.calls[0].model_settings.extra_args == {"prompt_cache_key": None}
+
+
+def test_prompt_cache_key_mode_is_checked(make_pilot: Any) -> None:
+    with pytest.raises(ValueError, match="prompt_cache_key must be one of sdk, always, never"):
+        CachePilotAgents(make_pilot(), prompt_cache_key="auto")  # type: ignore[arg-type]
 
 
 def test_threads_follow_sessions_then_group_then_default(make_pilot: Any, tmp_path: Path) -> None:

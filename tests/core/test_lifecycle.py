@@ -571,7 +571,7 @@ def test_due_and_update_batch_every_b_calls() -> None:
     assert evaluations == reg.calls // 3
     assert reg.evaluated_at_call % 3 == 0
     with pytest.raises(ValueError):
-        reg.update(msgs, keys, every=0)
+        reg.update(msgs, keys, RuleEstimator(), every=0)
 
 
 def test_json_round_trip_and_continuation_after_loading() -> None:

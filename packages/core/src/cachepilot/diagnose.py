@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from cachepilot.difference import (
+    CauseKind,
     Finding,
     classify_messages,
     classify_system,
@@ -78,19 +79,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CauseKind: TypeAlias = Literal[
-    "none",
-    "volatile_value",
-    "tool_change",
-    "system_change",
-    "history_rewrite",
-    "model_change",
-    "parameter_change",
-    "ttl_expiry",
-    "below_minimum",
-    "provider_miss",
-    "provider_edit",
-]
 CAUSES: tuple[CauseKind, ...] = (
     "none",
     "volatile_value",

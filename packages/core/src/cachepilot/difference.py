@@ -5,16 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, TypeAlias
 
 from cachepilot.canonical import canonicalize_text, detect_volatile, tool_name
 from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart, content_hash
 from cachepilot.plan import FOLD_ID_PREFIX
 
-if TYPE_CHECKING:
-    from cachepilot.diagnose import CauseKind
-
 __all__ = [
+    "CauseKind",
     "Finding",
     "classify_messages",
     "classify_system",
@@ -23,6 +21,20 @@ __all__ = [
     "volatile_kind",
 ]
 
+CauseKind: TypeAlias = Literal[
+    "none",
+    "volatile_value",
+    "tool_change",
+    "system_change",
+    "history_rewrite",
+    "model_change",
+    "parameter_change",
+    "ttl_expiry",
+    "below_minimum",
+    "provider_miss",
+    "provider_edit",
+]
+"""Why a request missed the cache where it did (see `cachepilot.diagnose`)."""
 
 _STUB_RATIO = 0.5
 

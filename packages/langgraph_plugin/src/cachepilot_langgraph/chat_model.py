@@ -52,6 +52,7 @@ from cachepilot import CachePilot
 from cachepilot.fold import is_context_length_error
 from cachepilot.messages import Message
 from cachepilot.usage import Usage
+from cachepilot_langgraph._framework_private import identifying_params, llm_type
 from cachepilot_langgraph._shared import (
     current_config,
     current_store,
@@ -140,11 +141,11 @@ class CachePilotChatModel(BaseChatModel):
 
     @property
     def _llm_type(self) -> str:
-        return f"cachepilot-{self.model._llm_type}"
+        return f"cachepilot-{llm_type(self.model)}"
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"cachepilot": True, "model": dict(self.model._identifying_params)}
+        return {"cachepilot": True, "model": identifying_params(self.model)}
 
     def bind_tools(
         self,

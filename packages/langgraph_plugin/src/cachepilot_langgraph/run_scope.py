@@ -28,6 +28,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from cachepilot import CachePilot
+from cachepilot_langgraph._framework_private import runtime_of
 from cachepilot_langgraph.state import scoped
 
 __all__ = ["RUN_SCOPES_MAX", "RUN_SCOPE_PREFIX", "RunScopes", "run_token"]
@@ -40,19 +41,12 @@ RUN_SCOPES_MAX = 1_024
 RUN_SCOPE_PREFIX = "run-"
 """Start of a run scope's name (followed by 32 random hex digits)."""
 
-# LangGraph's config key for the run's `Runtime` (`langgraph.runtime.get_runtime` reads it).
-_RUNTIME_KEY = "__pregel_runtime"
 _WARNED: list[bool] = []
 
 
 def run_token(config: RunnableConfig | Mapping[str, Any] | None) -> object | None:
     """The object identifying the graph invocation `config` belongs to (None outside one)."""
-    if not config:
-        return None
-    configurable = config.get("configurable")
-    if not isinstance(configurable, Mapping):
-        return None
-    runtime = configurable.get(_RUNTIME_KEY)
+    runtime = runtime_of(config)
     if runtime is None:
         return None
     control = getattr(runtime, "control", None)

@@ -18,7 +18,7 @@ from cachepilot_agents.filter import PilotInputFilter
 from cachepilot_agents.hooks import CachePilotHooks, RequestUsage
 from cachepilot_agents.items import Transcript, TranscriptBuilder
 from cachepilot_agents.model import PilotModel, PilotProvider
-from cachepilot_agents.plugin import CachePilotAgents, prompt_cache_key_for
+from cachepilot_agents.plugin import CachePilotAgents, PromptCacheKeyMode, prompt_cache_key_for
 from cachepilot_agents.session import CachePilotSession
 from cachepilot_agents.state import (
     MemoryStateStore,
@@ -36,6 +36,7 @@ __all__ = [
     "PilotInputFilter",
     "PilotModel",
     "PilotProvider",
+    "PromptCacheKeyMode",
     "RedisStateStore",
     "RequestUsage",
     "SQLAlchemyStateStore",

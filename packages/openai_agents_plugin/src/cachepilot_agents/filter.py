@@ -20,9 +20,9 @@ import inspect
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from agents import RunConfig
+from agents import Agent, RunConfig
 from agents.exceptions import UserError
 from agents.run_config import CallModelData, CallModelInputFilter, ModelInputData
 
@@ -33,11 +33,32 @@ from cachepilot_agents.session import compacts_itself, session_thread
 if TYPE_CHECKING:
     from agents.memory import Session
 
-    from cachepilot_agents.plugin import CachePilotAgents
-
-__all__ = ["PilotInputFilter", "Scope"]
+__all__ = ["FilterOwner", "PilotInputFilter", "Scope"]
 
 logger = logging.getLogger(__name__)
+
+
+class FilterOwner(Protocol):
+    """What the filter asks of the plugin it belongs to (`CachePilotAgents` is one)."""
+
+    @property
+    def fixed_default_thread(self) -> str | None:
+        """The thread given for runs without one, or None."""
+        ...
+
+    def run_scope(self, run: object) -> str:
+        """The scope of a run with no thread of its own."""
+        ...
+
+    async def attach_session(self, thread: str, session: Session) -> None:
+        """Keep `thread`'s state beside `session`."""
+        ...
+
+    async def filter_input(
+        self, model_data: ModelInputData, agent: Agent[Any], thread: str, source: Any
+    ) -> ModelInputData:
+        """The pilot's view of one call's input (`source`: the filter asking)."""
+        ...
 
 
 class PilotInputFilter:
@@ -53,7 +74,7 @@ class PilotInputFilter:
 
     def __init__(
         self,
-        owner: CachePilotAgents,
+        owner: FilterOwner,
         user_filter: CallModelInputFilter | None,
         thread: str | None,
         session: Session | None = None,

@@ -8,7 +8,7 @@ call every hook of the user's hooks with the arguments the SDK gave, unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agents import Agent, RunHooks
 from agents.items import ModelResponse, TResponseInputItem
@@ -16,9 +16,6 @@ from agents.run_context import AgentHookContext, RunContextWrapper
 from agents.tool import Tool
 
 from cachepilot.usage import Usage
-
-if TYPE_CHECKING:
-    from cachepilot_agents.plugin import CachePilotAgents
 
 __all__ = ["CachePilotHooks", "RequestUsage"]
 
@@ -45,7 +42,7 @@ class CachePilotHooks(RunHooks[Any]):
         inner: the user's own run hooks, or None.
     """
 
-    def __init__(self, owner: CachePilotAgents, inner: RunHooks[Any] | None = None) -> None:
+    def __init__(self, owner: object, inner: RunHooks[Any] | None = None) -> None:
         super().__init__()
         self._owner = owner
         self.inner = inner

@@ -29,9 +29,9 @@ import dataclasses
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agents.agent_output import AgentOutputSchemaBase
 from agents.handoffs import Handoff
@@ -47,14 +47,18 @@ from openai.types.responses.response_prompt_param import ResponsePromptParam
 from cachepilot.fold import is_context_length_error
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot_agents._context import PreparedCall
+from cachepilot_agents._sdk_private import (
+    RUN_END_HOOK,
+    attach_usage,
+    response_usage,
+    sends_default_cache_key,
+)
 from cachepilot_agents.runs import current_run
 
 if TYPE_CHECKING:
     from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 
-    from cachepilot_agents.plugin import CachePilotAgents
-
-__all__ = ["MAX_RECALL_ROUNDS", "PilotModel", "PilotProvider"]
+__all__ = ["MAX_RECALL_ROUNDS", "ModelOwner", "PilotModel", "PilotProvider"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,11 +83,48 @@ _CLIENT_CALLS = frozenset(
     }
 )
 
-try:  # the SDK's lossless Responses-usage conversion (per-request details, request counts)
-    from agents.usage import _attach_normalized_usage, _response_usage_to_usage
-except ImportError:  # pragma: no cover - other SDK versions
-    _attach_normalized_usage = None  # type: ignore[assignment]
-    _response_usage_to_usage = None  # type: ignore[assignment]
+
+class ModelOwner(Protocol):
+    """What the model wrapper and provider ask of their plugin (`CachePilotAgents` is one)."""
+
+    @property
+    def recall_tool(self) -> Any:
+        """The `recall` tool as models are offered it."""
+        ...
+
+    def model(self, model: Model) -> Model:
+        """The plugin's wrapper of `model`."""
+        ...
+
+    def claim(self, instructions: str | None, items: object) -> PreparedCall | None:
+        """The prepared call this model call is, or None."""
+        ...
+
+    def with_cache_key(
+        self, call: PreparedCall | None, settings: ModelSettings, model: Model
+    ) -> ModelSettings:
+        """`settings` with the thread's `prompt_cache_key` where one is due."""
+        ...
+
+    async def answer_recall(self, arguments: str, call: PreparedCall) -> str:
+        """The answer to one recall call."""
+        ...
+
+    async def add_exchange(self, call: PreparedCall, items: list[Any]) -> None:
+        """Keep a recall exchange in the thread's views."""
+        ...
+
+    def record_usage(self, call: PreparedCall, usage: SdkUsage, response_id: str | None) -> None:
+        """Record one model request's usage."""
+        ...
+
+    async def run_ended(self) -> None:
+        """The end of the run executing in this task."""
+        ...
+
+    def at_run_end(self, run: object, callback: Callable[[object], Awaitable[None]]) -> None:
+        """Call `callback(run)` when `run` ends."""
+        ...
 
 
 def _item_type(item: object) -> str | None:
@@ -116,20 +157,6 @@ def _kept_for_exchange(output: list[Any]) -> list[Any]:
     return kept
 
 
-def _usage_of(response_usage: Any) -> SdkUsage:
-    """The SDK `Usage` of one Responses-style usage payload."""
-    if _response_usage_to_usage is not None:
-        return _response_usage_to_usage(response_usage)
-    return SdkUsage(  # pragma: no cover - other SDK versions
-        requests=1,
-        input_tokens=response_usage.input_tokens or 0,
-        output_tokens=response_usage.output_tokens or 0,
-        total_tokens=response_usage.total_tokens or 0,
-        input_tokens_details=response_usage.input_tokens_details,
-        output_tokens_details=response_usage.output_tokens_details,
-    )
-
-
 def _response_usage(total: SdkUsage, template: ResponseUsage) -> ResponseUsage:
     """A `ResponseUsage` carrying `total` (and the SDK's lossless copy of it)."""
     summed = template.model_copy(
@@ -141,8 +168,7 @@ def _response_usage(total: SdkUsage, template: ResponseUsage) -> ResponseUsage:
             "output_tokens_details": copy.deepcopy(total.output_tokens_details),
         }
     )
-    if _attach_normalized_usage is not None:
-        _attach_normalized_usage(summed, total)
+    attach_usage(summed, total)  # the SDK's lossless copy (request count, per-request details)
     return summed
 
 
@@ -171,7 +197,7 @@ class PilotModel(Model):
         inner: the model doing the work.
     """
 
-    def __init__(self, owner: CachePilotAgents, inner: Model) -> None:
+    def __init__(self, owner: ModelOwner, inner: Model) -> None:
         if isinstance(inner, PilotModel):
             raise ValueError("the model is already wrapped")
         self._owner = owner
@@ -183,7 +209,7 @@ class PilotModel(Model):
         return self._inner
 
     @property
-    def owner(self) -> CachePilotAgents:
+    def owner(self) -> ModelOwner:
         """The plugin the wrapper belongs to."""
         return self._owner
 
@@ -215,6 +241,8 @@ class PilotModel(Model):
         """Close the inner model."""
         await self._inner.close()
 
+    # The SDK's run loop awaits this (private) hook of the model it used when a run ends
+    # (`_sdk_private.RUN_END_HOOK`); without it, run resources go when the SDK drops the run.
     async def _cleanup_on_run_end(self, owner: object) -> None:
         """The SDK's end-of-run notice: the inner model's, and the plugin's run resources.
 
@@ -224,8 +252,10 @@ class PilotModel(Model):
         (a stream consumer that cancels must not wait on a cleanup that cannot finish).
         """
         ours = asyncio.ensure_future(self._owner.run_ended())
+        inner_cleanup = getattr(self._inner, RUN_END_HOOK, None)
         try:
-            await self._inner._cleanup_on_run_end(owner)
+            if callable(inner_cleanup):
+                await inner_cleanup(owner)
         except asyncio.CancelledError:
             _run_on(ours)
             raise
@@ -239,8 +269,8 @@ class PilotModel(Model):
         return self._inner.get_retry_advice(request)
 
     def _supports_default_prompt_cache_key(self) -> bool:
-        supports = getattr(self._inner, "_supports_default_prompt_cache_key", None)
-        return bool(supports()) if callable(supports) else False
+        # The SDK asks the model it calls (this wrapper): answer as the inner model would.
+        return sends_default_cache_key(self._inner)
 
     def _offered(self, call: PreparedCall | None, tools: list[Tool]) -> list[Tool] | None:
         """The tools offered with recall, or None when this call does not offer it.
@@ -274,7 +304,7 @@ class PilotModel(Model):
         """Ask the inner model, answering its recall calls first (see the module docstring)."""
         call = self._owner.claim(system_instructions, input)
         offered = self._offered(call, tools)
-        model_settings = self._owner.with_cache_key(call, model_settings)
+        model_settings = self._owner.with_cache_key(call, model_settings, self._inner)
 
         def ask(system: str | None, items: str | list[Any], with_tools: list[Tool]) -> Any:
             return self._inner.get_response(
@@ -329,7 +359,7 @@ class PilotModel(Model):
         """Stream the inner model, answering its recall calls (see the module docstring)."""
         call = self._owner.claim(system_instructions, input)
         offered = self._offered(call, tools)
-        model_settings = self._owner.with_cache_key(call, model_settings)
+        model_settings = self._owner.with_cache_key(call, model_settings, self._inner)
 
         def ask(
             system: str | None, items: str | list[Any], with_tools: list[Tool]
@@ -402,7 +432,7 @@ class PilotModel(Model):
                     yield earlier
                 return
             response = completed.response
-            usage = _usage_of(response.usage) if response.usage is not None else None
+            usage = response_usage(response.usage) if response.usage is not None else None
             if usage is not None:
                 self._owner.record_usage(call, usage, response.id)
                 state.usage.add(usage)
@@ -486,7 +516,7 @@ class PilotProvider(ModelProvider):
 
     def __init__(
         self,
-        owner: CachePilotAgents,
+        owner: ModelOwner,
         inner: ModelProvider | None,
         factory: Callable[[], ModelProvider] = MultiProvider,
     ) -> None:
@@ -560,23 +590,17 @@ class PilotProvider(ModelProvider):
             await _close(provider)
 
 
-try:  # the SDK's own closing of a provider a run created (same log line, same shielding)
-    from agents.run_internal.model_provider_lifecycle import (
-        _close_runner_owned_model_provider as _sdk_close,
-    )
-except ImportError:  # pragma: no cover - other SDK versions
-    _sdk_close = None  # type: ignore[assignment]
-
-
 async def _close(provider: ModelProvider) -> None:
-    """Close a provider a run made, as the SDK does (finished despite cancellation, logged)."""
-    if _sdk_close is not None:
-        await _sdk_close(provider)
-        return
-    try:  # pragma: no cover - other SDK versions
-        await _settle(asyncio.ensure_future(provider.aclose()))
-    except Exception:  # pragma: no cover
-        logger.warning("Failed to close model provider created for run", exc_info=True)
+    """Close a provider a run made, as the SDK does for its own: finished despite repeated
+    cancellation (then the cancellation goes on), a failure logged, never raised."""
+
+    async def close() -> None:
+        try:
+            await provider.aclose()
+        except Exception:
+            logger.warning("Failed to close model provider created for run", exc_info=True)
+
+    await _settle(asyncio.ensure_future(close()))
 
 
 _RUNNING_ON: set[asyncio.Future[Any]] = set()

@@ -32,7 +32,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from agents import Agent, RunConfig, RunHooks
 from agents.handoffs import Handoff
@@ -49,6 +49,7 @@ from cachepilot.metrics import call_metrics, thread_metrics
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.usage import Usage
 from cachepilot_agents._context import PREPARED, PreparedCall
+from cachepilot_agents._sdk_private import handoff_target, sends_default_cache_key
 from cachepilot_agents.exchanges import ExchangeBook
 from cachepilot_agents.filter import PilotInputFilter
 from cachepilot_agents.hooks import CachePilotHooks, RequestUsage
@@ -63,13 +64,18 @@ from cachepilot_agents.tools import answer_recall, recall_tool
 from cachepilot_agents.tracing import agents_custom_span
 from cachepilot_agents.view import ToolSchemas, build_view
 
-__all__ = ["CachePilotAgents", "PilotInputFilter", "prompt_cache_key_for"]
+__all__ = ["CachePilotAgents", "PilotInputFilter", "PromptCacheKeyMode", "prompt_cache_key_for"]
 
 logger = logging.getLogger(__name__)
 
 AgentT = TypeVar("AgentT", bound=Agent[Any])
 
 _PROMPT_CACHE_KEY = "prompt_cache_key"
+
+PromptCacheKeyMode = Literal["sdk", "always", "never"]
+"""When the plugin adds a thread-derived `prompt_cache_key` (`CachePilotAgents(prompt_cache_key=)`):
+where the SDK sends its default one, on every call, or never."""
+_CACHE_KEY_MODES: tuple[PromptCacheKeyMode, ...] = ("sdk", "always", "never")
 _MAX_REQUESTS = 10_000
 
 
@@ -102,8 +108,15 @@ class CachePilotAgents:
         clock: the time source for the cold-cache rule (seconds since the epoch); `time.time`.
         max_media_chars: inline image / file data in tool results longer than this is
             archived and the model reads a note naming it; shorter media reach it unchanged.
-        set_prompt_cache_key: give model calls that carry no `prompt_cache_key` (neither the
-            SDK's nor yours) a thread-derived one, so threads never share a key.
+        prompt_cache_key: when the plugin gives a model call a thread-derived
+            `prompt_cache_key` (`PromptCacheKeyMode`). `"sdk"` (default): only where the SDK
+            itself sends its default key (official OpenAI endpoints) and the call carries
+            none; an OpenAI-compatible server (LiteLLM, vLLM, Ollama, Azure...) gets exactly
+            the plain SDK's request. `"always"`: every call that carries none, whatever the
+            endpoint (for a server that accepts the field). `"never"`: none. A key the call
+            already carries, or a `prompt_cache_key` entry in the model settings'
+            `extra_args` / `extra_body` (even one that disables it, e.g. `openai.omit`), is
+            never replaced.
         cache_key_prefix: prefix of those keys.
         trace_metrics: add a `cachepilot` custom span with each request's cache metrics to the
             SDK's trace (off by default: the trace stays the plain SDK's).
@@ -117,7 +130,7 @@ class CachePilotAgents:
         state_store: StateStore | None = None,
         clock: Callable[[], float] | None = None,
         max_media_chars: int = 1_000_000,
-        set_prompt_cache_key: bool = True,
+        prompt_cache_key: PromptCacheKeyMode = "sdk",
         cache_key_prefix: str = "cachepilot",
         trace_metrics: bool = False,
     ) -> None:
@@ -129,7 +142,12 @@ class CachePilotAgents:
             raise ValueError("max_media_chars must be an int")
         if max_media_chars < 1:
             raise ValueError(f"max_media_chars must be >= 1, not {max_media_chars}")
-        if not cache_key_prefix.strip():
+        if prompt_cache_key not in _CACHE_KEY_MODES:
+            raise ValueError(
+                f"prompt_cache_key must be one of {', '.join(_CACHE_KEY_MODES)}, "
+                f"not {prompt_cache_key!r}"
+            )
+        if not isinstance(cache_key_prefix, str) or not cache_key_prefix.strip():
             raise ValueError("cache_key_prefix must be a non-empty string")
         if state_store is not None and not isinstance(state_store, StateStore):
             raise ValueError("state_store must implement load / save / delete (StateStore)")
@@ -138,7 +156,7 @@ class CachePilotAgents:
         self._state_store = state_store
         self._clock = clock or time.time
         self._max_media_chars = max_media_chars
-        self.set_prompt_cache_key = set_prompt_cache_key
+        self.prompt_cache_key: PromptCacheKeyMode = prompt_cache_key
         self.cache_key_prefix = cache_key_prefix
         self.trace_metrics = trace_metrics
         self.requests: list[RequestUsage] = []
@@ -212,8 +230,8 @@ class CachePilotAgents:
         user's model provider (or `base.model`) is wrapped, not replaced; everything else in
         `base` is kept. `thread` pins the thread for runs with this config; `session` makes
         the session's id the thread (read at each call: ids may be created lazily) and keeps
-        its pilot state beside it. Model calls that carry no `prompt_cache_key` (the SDK sets
-        one only for official OpenAI endpoints) get a thread-derived one.
+        its pilot state beside it. Model calls get a thread-derived `prompt_cache_key` as the
+        `prompt_cache_key` mode says (by default only where the SDK itself sends one).
         """
         owns_provider = base is None
         if isinstance(base, dict):
@@ -301,8 +319,7 @@ class CachePilotAgents:
                 if isinstance(target, Agent):
                     pending.append(target)
                 elif isinstance(target, Handoff):
-                    ref = getattr(target, "_agent_ref", None)
-                    found = ref() if callable(ref) else None
+                    found = handoff_target(target)
                     if isinstance(found, Agent):
                         pending.append(found)
         return agent
@@ -497,10 +514,15 @@ class CachePilotAgents:
                 return None
         return call
 
-    def with_cache_key(self, call: PreparedCall | None, settings: ModelSettings) -> ModelSettings:
-        """`settings` with the thread's `prompt_cache_key` when the call carries none."""
-        if call is None or not self.set_prompt_cache_key or _has_cache_key(settings):
+    def with_cache_key(
+        self, call: PreparedCall | None, settings: ModelSettings, model: Model
+    ) -> ModelSettings:
+        """`settings` with the thread's `prompt_cache_key`, where the mode asks for one and
+        neither the call nor its settings carry one (see `prompt_cache_key`)."""
+        if call is None or self.prompt_cache_key == "never" or _has_cache_key(settings):
             return settings
+        if self.prompt_cache_key == "sdk" and not sends_default_cache_key(model):
+            return settings  # the SDK sends no default key there: neither does the plugin
         key = prompt_cache_key_for(call.thread, self.cache_key_prefix)
         return dataclasses.replace(
             settings, extra_args={**(settings.extra_args or {}), _PROMPT_CACHE_KEY: key}
@@ -560,13 +582,14 @@ RunEnd = Callable[[object], Awaitable[None]]
 
 
 def _coerce(base: dict[str, Any]) -> RunConfig:
-    """A run config from its dictionary form, as the SDK reads it."""
+    """A run config from its dictionary form, read as the SDK reads it (its init fields; any
+    other key is refused with the SDK's message)."""
+    names = {f.name for f in dataclasses.fields(RunConfig) if f.init}
+    unknown = sorted(str(name) for name in base if name not in names)
+    if unknown:
+        raise ValueError(f"Unknown run_config settings: {', '.join(unknown)}")
     try:
-        from agents.run_config import _coerce_run_config
-    except ImportError:  # pragma: no cover - other SDK versions
         return RunConfig(**base)
-    try:
-        return _coerce_run_config(base)
     except TypeError as exc:
         raise ValueError(str(exc)) from exc
 

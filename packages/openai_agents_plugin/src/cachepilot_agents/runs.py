@@ -6,8 +6,9 @@ a scope of its own, created at its first model call and dropped when the run end
 
 The SDK gives filters and models no run object. It does keep one per run in a context
 variable for the whole `Runner.run` / `Runner.run_streamed` (its tool-configuration guard), and
-that is what `current_run()` reads; on SDK versions without it, `current_run()` returns None
-and callers fall back to one scope per run config.
+that is what `current_run()` reads (a private name: `cachepilot_agents._sdk_private`); on SDK
+versions without it, `current_run()` returns None and callers fall back to one scope per run
+config.
 """
 
 from __future__ import annotations
@@ -20,24 +21,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from cachepilot_agents._sdk_private import current_run
+
 __all__ = ["RunScopes", "current_run"]
 
 logger = logging.getLogger(__name__)
-
-try:  # the SDK's per-run record (set for the whole run, reset when it ends)
-    from agents.run_internal.agent_tool_configuration import _current_run as _sdk_run
-except ImportError:  # pragma: no cover - other SDK versions
-    _sdk_run = None  # type: ignore[assignment]
-
-
-def current_run() -> object | None:
-    """The SDK's object for the run executing in this task, or None outside a run."""
-    if _sdk_run is None:  # pragma: no cover - other SDK versions
-        return None
-    run: object | None = _sdk_run.get()
-    if run is None or getattr(run, "closed", False):
-        return None
-    return run
 
 
 class RunScopes:

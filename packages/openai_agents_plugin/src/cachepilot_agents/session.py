@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agents.items import TResponseInputItem
 from agents.memory import Session, SessionSettings
@@ -27,12 +27,12 @@ from cachepilot_agents.runs import current_run
 if TYPE_CHECKING:
     from agents.run_context import RunContextWrapper
 
-    from cachepilot_agents.plugin import CachePilotAgents
     from cachepilot_agents.state import StateStore
 
 __all__ = [
     "CachePilotSession",
     "ContextAwareSession",
+    "SessionOwner",
     "compacts_itself",
     "session_proxy",
     "session_thread",
@@ -41,25 +41,36 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def _context_aware(session: object) -> bool:
-    """Whether the SDK hands `session` its run context (every history method takes `wrapper`)."""
-    try:
-        from agents.memory.session import _session_accepts_wrapper
+class SessionOwner(Protocol):
+    """What a session proxy asks of the plugin it belongs to (`CachePilotAgents` is one)."""
 
-        return bool(_session_accepts_wrapper(session))
-    except ImportError:  # pragma: no cover - other SDK versions
-        pass
+    async def attach(self, thread: str, store: StateStore) -> None:
+        """Keep `thread`'s state in `store`; load it once."""
+        ...
+
+    async def save_state(self, thread: str) -> None:
+        """Save `thread`'s state to its store."""
+        ...
+
+    async def forget(self, thread: str, store: StateStore) -> None:
+        """Drop `thread`'s state (live and saved)."""
+        ...
+
+
+def _context_aware(session: object) -> bool:
+    """Whether the SDK hands `session` its run context: every history method takes `wrapper`
+    by keyword (the opt-in the SDK's `Session` protocol documents)."""
     for name in ("get_items", "add_items", "pop_item", "clear_session"):
-        try:  # pragma: no cover - other SDK versions
+        try:
             params = inspect.signature(getattr(session, name)).parameters.values()
-        except Exception:  # pragma: no cover
+        except Exception:
             return False
-        if not any(  # pragma: no cover
+        if not any(
             p.name == "wrapper" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
             for p in params
         ):
             return False
-    return True  # pragma: no cover
+    return True
 
 
 def compacts_itself(session: object) -> bool:
@@ -90,7 +101,7 @@ class CachePilotSession:
     `run_compaction`) are the inner session's, and it reports the inner session's class.
     """
 
-    def __init__(self, owner: CachePilotAgents, inner: Session, store: StateStore) -> None:
+    def __init__(self, owner: SessionOwner, inner: Session, store: StateStore) -> None:
         self._owner = owner
         self.inner = inner
         self.store = store
@@ -207,7 +218,7 @@ class ContextAwareSession(CachePilotSession):
         await super().clear_session(*args, wrapper=wrapper, **kwargs)
 
 
-def session_proxy(owner: CachePilotAgents, inner: Session, store: StateStore) -> CachePilotSession:
+def session_proxy(owner: SessionOwner, inner: Session, store: StateStore) -> CachePilotSession:
     """The proxy of `inner`, taking the run context exactly when `inner` does."""
     cls = ContextAwareSession if _context_aware(inner) else CachePilotSession
     return cls(owner, inner, store)

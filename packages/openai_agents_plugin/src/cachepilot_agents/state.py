@@ -19,7 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agents.memory import SQLiteSession
+
+from cachepilot.artifacts import default_store_path
 from cachepilot.state_store import TABLE, MemoryStateStore, SQLiteStateStore, StateStore
+from cachepilot_agents._sdk_private import redis_session_parts
 
 __all__ = [
     "MemoryStateStore",
@@ -186,29 +190,22 @@ class RedisStateStore:
 
 def default_state_path() -> Path:
     """`agents_state.sqlite` next to the pilot's default artifact archive."""
-    from cachepilot.artifacts import default_store_path
-
     return default_store_path().parent / "agents_state.sqlite"
 
 
 def state_store_for(session: object, fallback: StateStore) -> StateStore:
     """The companion state store of an Agents SDK session (see the module docstring)."""
-    from agents.memory import SQLiteSession
-
     if isinstance(session, SQLiteSession):
         if str(session.db_path) == ":memory:":
             return MemoryStateStore()
         return SQLiteStateStore(session.db_path)
     # By class name (subclasses too): the optional backends are imported only when used.
     kinds = {cls.__name__ for cls in type(session).__mro__}
-    engine = getattr(session, "_engine", None)
+    engine = getattr(session, "engine", None)
     if "SQLAlchemySession" in kinds and engine is not None:
         return SQLAlchemyStateStore(engine)
-    client = getattr(session, "_redis", None)
-    if "RedisSession" in kinds and client is not None:
-        return RedisStateStore(
-            client,
-            prefix=str(getattr(session, "_key_prefix", "agents:session")),
-            ttl=getattr(session, "_ttl", None),
-        )
+    redis = redis_session_parts(session) if "RedisSession" in kinds else None
+    if redis is not None:
+        client, prefix, ttl = redis
+        return RedisStateStore(client, prefix=prefix, ttl=ttl)
     return fallback

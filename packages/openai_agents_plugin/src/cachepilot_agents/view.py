@@ -18,23 +18,55 @@ import functools
 import logging
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agents import Agent, FunctionTool
 from agents.handoffs import Handoff, handoff
 from agents.run_config import ModelInputData
 
+from cachepilot import CachePilot
 from cachepilot.messages import Message
 from cachepilot_agents._context import PreparedCall
-from cachepilot_agents.exchanges import anchor_of
+from cachepilot_agents.exchanges import ExchangeBook, anchor_of
+from cachepilot_agents.items import Transcript, TranscriptBuilder
+from cachepilot_agents.media import MediaNotes
 
-if TYPE_CHECKING:
-    from cachepilot_agents.items import Transcript
-    from cachepilot_agents.plugin import CachePilotAgents
-
-__all__ = ["ToolSchemas", "build_view"]
+__all__ = ["ToolSchemas", "ViewOwner", "build_view"]
 
 logger = logging.getLogger(__name__)
+
+
+class ViewOwner(Protocol):
+    """What building a view asks of the plugin (`CachePilotAgents` is one)."""
+
+    @property
+    def pilot(self) -> CachePilot:
+        """The pilot."""
+        ...
+
+    @property
+    def exchanges(self) -> ExchangeBook:
+        """The threads' recall exchanges."""
+        ...
+
+    @property
+    def media(self) -> MediaNotes:
+        """Inline media archived out of tool results."""
+        ...
+
+    @property
+    def tool_schemas(self) -> ToolSchemas:
+        """The tool schemas of agents."""
+        ...
+
+    def builder(self, thread: str) -> TranscriptBuilder:
+        """The transcript builder of `thread`."""
+        ...
+
+    async def save_state(self, thread: str) -> None:
+        """Save `thread`'s state to its store."""
+        ...
+
 
 _MEMO_MAX = 64
 
@@ -125,7 +157,7 @@ def _schema(name: str, description: str, parameters: dict[str, Any]) -> dict[str
 
 
 async def build_view(
-    owner: CachePilotAgents,
+    owner: ViewOwner,
     model_data: ModelInputData,
     agent: Agent[Any],
     thread: str,
@@ -190,7 +222,7 @@ async def build_view(
 
 
 async def _after_emergency_fold(  # noqa: PLR0917 - one private call site
-    owner: CachePilotAgents,
+    owner: ViewOwner,
     instructions: str | None,
     reduced: Sequence[Message],
     tools: list[dict[str, Any]],

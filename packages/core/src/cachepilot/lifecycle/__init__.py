@@ -32,9 +32,14 @@ from cachepilot.lifecycle.model import (
     SegmentState,
     can_transition,
 )
-from cachepilot.lifecycle.registry import DEFAULT_CONTINUE_PATTERNS, LifecycleRegistry, supersedes
+from cachepilot.lifecycle.registry import (
+    DEFAULT_CONTINUE_PATTERNS,
+    Estimator,
+    LifecycleRegistry,
+    supersedes,
+)
 from cachepilot.lifecycle.resources import CallFacts, call_facts, shell_facts
-from cachepilot.lifecycle.rules import Estimator, RuleEstimator
+from cachepilot.lifecycle.rules import RuleEstimator
 
 __all__ = [
     "DEFAULT_CONTINUE_PATTERNS",

@@ -15,7 +15,7 @@ import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
@@ -38,10 +38,7 @@ from cachepilot.lifecycle.resources import (
 from cachepilot.messages import Message, message_keys
 from cachepilot.redact import redact
 
-if TYPE_CHECKING:
-    from cachepilot.lifecycle.rules import Estimator
-
-__all__ = ["DEFAULT_CONTINUE_PATTERNS", "LifecycleRegistry", "supersedes"]
+__all__ = ["DEFAULT_CONTINUE_PATTERNS", "Estimator", "LifecycleRegistry", "supersedes"]
 
 logger = logging.getLogger(__name__)
 
@@ -253,8 +250,8 @@ class LifecycleRegistry(BaseModel):
     def update(
         self,
         messages: Sequence[Message],
-        keys: Sequence[str] | None = None,
-        estimator: Estimator | None = None,
+        keys: Sequence[str] | None,
+        estimator: Estimator,
         *,
         every: int = 3,
         force: bool = False,
@@ -270,10 +267,6 @@ class LifecycleRegistry(BaseModel):
         self.observe(messages, keys)
         if not (force or self.due(every=every)):
             return []
-        if estimator is None:
-            from cachepilot.lifecycle.rules import RuleEstimator
-
-            estimator = RuleEstimator()
         applied = self.apply(estimator.evaluate(self, messages, keys))
         self.mark_evaluated()
         return applied
@@ -281,8 +274,8 @@ class LifecycleRegistry(BaseModel):
     async def aupdate(
         self,
         messages: Sequence[Message],
-        keys: Sequence[str] | None = None,
-        estimator: Estimator | None = None,
+        keys: Sequence[str] | None,
+        estimator: Estimator,
         *,
         every: int = 3,
         force: bool = False,
@@ -294,10 +287,6 @@ class LifecycleRegistry(BaseModel):
         self.observe(messages, keys)
         if not (force or self.due(every=every)):
             return []
-        if estimator is None:
-            from cachepilot.lifecycle.rules import RuleEstimator
-
-            estimator = RuleEstimator()
         aevaluate = getattr(estimator, "aevaluate", None)
         if aevaluate is not None:
             deltas: list[LifecycleDelta] = await aevaluate(self, messages, keys)
@@ -778,3 +767,17 @@ class LifecycleRegistry(BaseModel):
                         table.setdefault(slot, []).append((seg.id, at))
             self._register_refs(seg)
         return idx
+
+
+@runtime_checkable
+class Estimator(Protocol):
+    """Anything that proposes lifecycle deltas for a registry and its transcript."""
+
+    def evaluate(
+        self,
+        registry: LifecycleRegistry,
+        messages: Sequence[Message],
+        keys: Sequence[str] | None = None,
+    ) -> list[LifecycleDelta]:
+        """Deltas to apply (the registry validates them; invalid ones are skipped)."""
+        ...

@@ -21,33 +21,16 @@ Rules, evaluated on the facts `LifecycleRegistry.observe` recorded:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from cachepilot.lifecycle.model import LifecycleDelta, Segment, SegmentState
+from cachepilot.lifecycle.registry import Estimator, LifecycleRegistry
 from cachepilot.messages import Message, message_keys
-
-if TYPE_CHECKING:
-    from cachepilot.lifecycle.registry import LifecycleRegistry
 
 __all__ = ["Estimator", "RuleEstimator"]
 
 _ACTIVE = SegmentState.ACTIVE
 _COMPLETED = SegmentState.COMPLETED
 _EVICTABLE = SegmentState.EVICTABLE
-
-
-@runtime_checkable
-class Estimator(Protocol):
-    """Anything that proposes lifecycle deltas for a registry and its transcript."""
-
-    def evaluate(
-        self,
-        registry: LifecycleRegistry,
-        messages: Sequence[Message],
-        keys: Sequence[str] | None = None,
-    ) -> list[LifecycleDelta]:
-        """Deltas to apply (the registry validates them; invalid ones are skipped)."""
-        ...
 
 
 def _describe_superseded(unit: Segment) -> str:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from cachepilot.memory import patterns
 from cachepilot.memory.model import ACTION_WEIGHTS, ItemKind, MemoryItem, Relation, Status
@@ -22,12 +22,36 @@ from cachepilot.memory.tools import READ_PROGRAMS
 from cachepilot.redact import redact
 from cachepilot.tokens import TokenCounter, get_counter
 
-if TYPE_CHECKING:
-    from cachepilot.memory.store import SessionMemory
-
-__all__ = ["HEADER", "RESUME_TIERS", "SECTIONS", "project_root", "resume_block"]
+__all__ = ["HEADER", "RESUME_TIERS", "SECTIONS", "MemoryView", "project_root", "resume_block"]
 
 logger = logging.getLogger(__name__)
+
+
+class MemoryView(Protocol):
+    """What rendering reads of a session memory (`cachepilot.memory.SessionMemory` is one)."""
+
+    @property
+    def seq(self) -> int:
+        """Messages processed (the clock of `first_seen` / `last_seen`)."""
+        ...
+
+    @property
+    def items(self) -> Mapping[str, MemoryItem]:
+        """The items, by id."""
+        ...
+
+    def by_kind(self, kind: ItemKind) -> list[MemoryItem]:
+        """Items of one kind, in first-seen order."""
+        ...
+
+    def get(self, kind: ItemKind, key: str) -> MemoryItem | None:
+        """The item of `kind` with `key`, if present."""
+        ...
+
+    def neighbours(self, iid: str, rel: Relation | None = None) -> list[str]:
+        """Ids linked to `iid`, optionally by one relation."""
+        ...
+
 
 RESUME_TIERS: tuple[int, ...] = (100, 300, 600)
 """The standard resume block budgets (tokens)."""
@@ -129,7 +153,7 @@ def _limits(budget: int | None) -> _Limits:
     return _Limits(goal=320, line=170)
 
 
-def project_root(memory: SessionMemory) -> str | None:
+def project_root(memory: MemoryView) -> str | None:
     """The folder paths are shown relative to: a project root inferred from absolute paths.
 
     Candidates are the parents of conventional top-level folders (`src`, `lib`, `tests`…) and
@@ -176,7 +200,7 @@ def _recency(item: MemoryItem, seq: int) -> float:
     return item.last_seen / max(1, seq)
 
 
-def _goal_entries(memory: SessionMemory, lim: _Limits) -> tuple[list[_Entry], str | None]:
+def _goal_entries(memory: MemoryView, lim: _Limits) -> tuple[list[_Entry], str | None]:
     tasks = memory.by_kind(ItemKind.TASK)
     if not tasks:
         return [], None
@@ -191,7 +215,7 @@ def _goal_entries(memory: SessionMemory, lim: _Limits) -> tuple[list[_Entry], st
 
 
 def _task_entries(
-    memory: SessionMemory, goal_id: str | None, root: str | None, lim: _Limits
+    memory: MemoryView, goal_id: str | None, root: str | None, lim: _Limits
 ) -> list[_Entry]:
     out: list[_Entry] = []
     seq = memory.seq
@@ -249,7 +273,7 @@ class _FileView:
     key: str
 
 
-def _file_entries(memory: SessionMemory, root: str | None) -> list[_Entry]:
+def _file_entries(memory: MemoryView, root: str | None) -> list[_Entry]:
     merged: dict[str, _FileView] = {}
     for item in memory.by_kind(ItemKind.FILE):
         shown = _relative(item.key, root)
@@ -289,7 +313,7 @@ def _file_entries(memory: SessionMemory, root: str | None) -> list[_Entry]:
     return out
 
 
-def _error_entries(memory: SessionMemory, root: str | None, lim: _Limits) -> list[_Entry]:
+def _error_entries(memory: MemoryView, root: str | None, lim: _Limits) -> list[_Entry]:
     errors = sorted(memory.by_kind(ItemKind.ERROR), key=lambda e: (-e.last_seen, e.key))
     out: list[_Entry] = []
     open_rank = fixed_rank = 0
@@ -315,7 +339,7 @@ def _error_entries(memory: SessionMemory, root: str | None, lim: _Limits) -> lis
     return out
 
 
-def _command_entries(memory: SessionMemory, lim: _Limits) -> list[_Entry]:
+def _command_entries(memory: MemoryView, lim: _Limits) -> list[_Entry]:
     commands = [
         c
         for c in memory.by_kind(ItemKind.COMMAND)
@@ -338,7 +362,7 @@ def _command_entries(memory: SessionMemory, lim: _Limits) -> list[_Entry]:
     return out
 
 
-def _fact_entries(memory: SessionMemory) -> list[_Entry]:
+def _fact_entries(memory: MemoryView) -> list[_Entry]:
     seq = memory.seq
 
     def score(item: MemoryItem) -> float:
@@ -358,7 +382,7 @@ def _fact_entries(memory: SessionMemory) -> list[_Entry]:
     ]
 
 
-def _decision_entries(memory: SessionMemory, lim: _Limits) -> list[_Entry]:
+def _decision_entries(memory: MemoryView, lim: _Limits) -> list[_Entry]:
     seq = memory.seq
 
     def score(item: MemoryItem) -> float:
@@ -375,7 +399,7 @@ def _decision_entries(memory: SessionMemory, lim: _Limits) -> list[_Entry]:
     return out
 
 
-def _env_entries(memory: SessionMemory, root: str | None) -> list[_Entry]:
+def _env_entries(memory: MemoryView, root: str | None) -> list[_Entry]:
     out: list[_Entry] = []
     cwd = memory.get(ItemKind.ENVIRONMENT, "cwd")
     if cwd is not None:
@@ -396,7 +420,7 @@ def _env_entries(memory: SessionMemory, root: str | None) -> list[_Entry]:
     return out
 
 
-def _candidates(memory: SessionMemory, budget: int | None) -> list[_Entry]:
+def _candidates(memory: MemoryView, budget: int | None) -> list[_Entry]:
     lim = _limits(budget)
     root = project_root(memory)
     goal, goal_id = _goal_entries(memory, lim)
@@ -542,7 +566,7 @@ def _fit(entries: list[_Entry], budget: int, counter: TokenCounter) -> list[_Ent
 
 
 def resume_block(
-    memory: SessionMemory,
+    memory: MemoryView,
     budget_tokens: int | None = 300,
     counter: TokenCounter | None = None,
 ) -> str:

@@ -27,6 +27,7 @@ from cachepilot.memory.model import (
     Status,
     item_id,
 )
+from cachepilot.memory.render import resume_block
 from cachepilot.memory.tools import (
     READ_PROGRAMS,
     CallFacts,
@@ -184,8 +185,6 @@ class SessionMemory(BaseModel):
 
         See `cachepilot.memory.render.resume_block`.
         """
-        from cachepilot.memory.render import resume_block
-
         return resume_block(self, budget_tokens, counter)
 
     def by_kind(self, kind: ItemKind) -> list[MemoryItem]:
