@@ -289,3 +289,89 @@ def test_every_request_extends_the_last_one_byte_for_byte(
             if b["type"] == "thinking"
         ]
         assert [b["signature"] for b in sent] == ["enc-one", "enc-two"]
+
+
+# --------------------------------------------------------------------------- units
+
+
+def _shown_and_body() -> tuple[Message, dict[str, Any]]:
+    shown = Message("assistant", NEXT, tool_calls=(AGAIN,))
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "Build."},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": NEXT},
+                {"type": "tool_use", "id": AGAIN.id, "name": "bash",
+                 "input": {"command": "make test"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": AGAIN.id, "content": "ok"},
+                {"type": "text", "text": "go on"}]},
+        ],
+    }  # fmt: skip
+    return shown, body
+
+
+def test_a_splice_ending_with_recall_results_joins_the_clients_results() -> None:
+    """Messages: every result of one assistant turn in one user message, recall's first."""
+    from cachepilot.proxy.recall import Splices
+    from cachepilot.wire import read_view
+
+    shown, body = _shown_and_body()
+    upstream = [
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "t", "signature": "sig"},
+            {"type": "text", "text": NEXT},
+            {"type": "tool_use", "id": "call_recall", "name": "recall", "input": {"ref": "x"}},
+            {"type": "tool_use", "id": AGAIN.id, "name": "bash",
+             "input": {"command": "make test"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "call_recall", "content": "lines"}]},
+    ]  # fmt: skip
+    splices = Splices()
+    splices.add(shown, "anthropic", upstream)
+    # Stored and read back (a restarted proxy), the splice still applies.
+    splices = Splices.from_json(json.loads(json.dumps(splices.to_json())))
+    view = splices.expand(read_view(body, "anthropic"))
+    messages = view.body["messages"]
+    assert messages[1] == upstream[0]  # signature and every block as the upstream sent them
+    assert [b.get("tool_use_id") for b in messages[2]["content"]] == [
+        "call_recall",
+        AGAIN.id,
+        None,
+    ]
+    assert [m.role for m in view.messages] == ["user", "assistant", "tool", "tool", "user"]
+    assert body["messages"][1]["content"][0]["text"] == NEXT  # the client's body untouched
+
+
+def test_splices_stored_by_an_earlier_version_still_apply_and_junk_is_dropped() -> None:
+    from cachepilot.proxy.recall import Splices, message_key
+    from cachepilot.wire import read_view
+
+    shown, body = _shown_and_body()
+    call = recall_call()
+    legacy = [
+        {"key": message_key(shown), "messages": [
+            Message("assistant", NEXT, tool_calls=(call, AGAIN)).to_dict(),
+            Message("tool", "lines", tool_call_id=call.id, name="recall").to_dict()]},
+        {"key": "k", "api": "fax", "elements": []},
+        {"nothing": 1},
+    ]  # fmt: skip
+    splices = Splices.from_json(legacy)
+    assert len(splices) == 1
+    view = splices.expand(read_view(body, "anthropic"))
+    names = [c.name for c in view.messages[1].tool_calls]
+    assert names == ["recall", "bash"]
+    assert [m.tool_call_id for m in view.messages[2:4]] == [call.id, AGAIN.id]
+
+
+def test_a_turn_without_a_splice_is_left_alone() -> None:
+    from cachepilot.proxy.recall import Splices
+    from cachepilot.wire import read_view
+
+    _, body = _shown_and_body()
+    splices = Splices()
+    splices.add(Message("assistant", "something else"), "anthropic", [{"role": "assistant",
+                                                                      "content": "x"}])  # fmt: skip
+    view = read_view(body, "anthropic")
+    assert splices.expand(view) is view
