@@ -3,7 +3,7 @@
 Each test runs one session through the proxy with the real `openai` / `anthropic` client over
 loopback HTTP, for each wire format (Chat Completions, Responses, Messages), streamed and
 not, and each shape of the reply that calls `recall`: text before the call, no text, several
-recall calls, a recall next to the client's own call, reasoning items (Responses ids and
+recall calls, a recall next to the client's own call (before or after it), reasoning items (Responses ids and
 encrypted content, Messages thinking signatures). The client builds its next request from
 what it received, as agents do (Responses: the output items it was shown, Codex style).
 
@@ -36,15 +36,16 @@ BEFORE = "Let me read the log head."
 NEXT = "Now the tests."
 AGAIN = ToolCall("call_again", "bash", json.dumps({"command": "make test"}))
 THANKS = "You are welcome."
-SHAPES = ("text_before", "no_text", "several", "parallel", "reasoning")
+SHAPES = ("text_before", "no_text", "several", "parallel", "parallel_first", "reasoning")
 APIS: tuple[Api, ...] = ("chat", "responses", "anthropic")
 
 
 def script(shape: str) -> tuple[ReplayScript, set[int]]:
     """The upstream's replies for `shape`, and the requests whose reply the proxy handled
     (hidden or spliced): the element after their messages must be the upstream's reply."""
-    if shape == "parallel":
-        first = Message("assistant", BEFORE, tool_calls=(recall_call(), AGAIN))
+    if shape in ("parallel", "parallel_first"):
+        calls = (recall_call(), AGAIN) if shape == "parallel" else (AGAIN, recall_call())
+        first = Message("assistant", BEFORE, tool_calls=calls)
         turns = [first, Message("assistant", FINAL), Message("assistant", THANKS)]
         return ReplayScript([ReplayTurn(m) for m in turns]), {0}
     content: Any = BEFORE
@@ -258,9 +259,10 @@ def test_every_request_extends_the_last_one_byte_for_byte(
     # The client saw no recall call, its own call, and the answers.
     assert calls[0] == [(AGAIN.id, "bash")]
     assert texts[1:] == [FINAL, THANKS]
-    if shape != "no_text" and (stream or shape == "parallel"):
+    mixed = shape.startswith("parallel")
+    if shape != "no_text" and (stream or mixed):
         assert texts[0].startswith(BEFORE)  # the text streamed before the call stays
-    recall_rounds = 2 if shape != "parallel" else 1
+    recall_rounds = 1 if mixed else 2
     assert len(records) == 2 + recall_rounds
     # The prefix the upstream cached never breaks: each request starts with the last one,
     # and where the proxy handled the reply, the upstream's reply follows as it produced it.

@@ -186,6 +186,10 @@ class Splices:
     def add(self, shown: Message, api: Api, upstream: Sequence[Mapping[str, Any]]) -> None:
         """Remember that the upstream saw the elements `upstream` where the client was shown
         `shown` (the message the client will send back)."""
+        if not shown.tool_calls and not shown.text.strip():
+            # Nothing would tell this turn from any other empty one: no splice.
+            logger.info("a recall exchange behind an empty reply is not kept")
+            return
         key = message_key(shown)
         self._items[key] = _Splice(api, tuple(dict(e) for e in upstream))
         self._items.move_to_end(key)
