@@ -141,7 +141,25 @@ def _responses(base_url: str, stream: bool) -> Callable[[list[Any]], tuple[list[
     return send
 
 
-def _anthropic(root: str, stream: bool) -> Callable[[list[Any]], tuple[dict[str, Any], str]]:
+CLAUDE_CODE_SYSTEM = [
+    {"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}},
+    {"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}},
+]
+
+
+def _claude_code_marks(messages: list[Any]) -> list[Any]:
+    """Claude Code's marks: the last block of each of the last two messages (copies)."""
+    out = json.loads(json.dumps(messages))
+    for message in out[-2:]:
+        if isinstance(message["content"], str):
+            message["content"] = [{"type": "text", "text": message["content"]}]
+        message["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    return out
+
+
+def _anthropic(
+    root: str, stream: bool, claude_code: bool = False
+) -> Callable[[list[Any]], tuple[dict[str, Any], str]]:
     api = anthropic.Anthropic(base_url=root, api_key="sk-ant-test", max_retries=0, timeout=30)
 
     def send(messages: list[Any]) -> tuple[dict[str, Any], str]:
@@ -149,6 +167,9 @@ def _anthropic(root: str, stream: bool) -> Callable[[list[Any]], tuple[dict[str,
             "model": "claude-test", "max_tokens": 512, "system": SYSTEM, "messages": messages,
             "tools": [ANTHROPIC_BASH],
         }  # fmt: skip
+        if claude_code:
+            kwargs["system"] = CLAUDE_CODE_SYSTEM
+            kwargs["messages"] = _claude_code_marks(messages)
         if stream:
             with api.messages.stream(**kwargs) as events:
                 reply = events.get_final_message()
@@ -161,7 +182,9 @@ def _anthropic(root: str, stream: bool) -> Callable[[list[Any]], tuple[dict[str,
     return send
 
 
-def _session(api: Api, base: str | list[str], stream: bool) -> tuple[list[str], list[list[Any]]]:
+def _session(
+    api: Api, base: str | list[str], stream: bool, *, claude_code: bool = False
+) -> tuple[list[str], list[list[Any]]]:
     """Run the session: the build log, the reply with the recall (the client runs the bash
     call it was shown), the final answer, a thank-you (`base`: the proxy, or one per step).
     Returns the texts the client read and the calls it was shown per reply."""
@@ -212,7 +235,8 @@ def _session(api: Api, base: str | list[str], stream: bool) -> tuple[list[str], 
         maker = _anthropic
     for step in range(3):
         url = bases[step].removesuffix("/v1") if api == "anthropic" else bases[step]
-        entry, text = maker(url, stream)(messages)
+        sender = _anthropic(url, stream, claude_code) if api == "anthropic" else maker(url, stream)
+        entry, text = sender(messages)
         texts.append(text)
         if api == "chat":
             shown_calls.append(
@@ -338,6 +362,17 @@ def test_a_splice_ending_with_recall_results_joins_the_clients_results() -> None
     view = splices.expand(read_view(body, "anthropic"))
     messages = view.body["messages"]
     assert messages[1] == upstream[0]  # signature and every block as the upstream sent them
+    # Claude Code marks its last two messages: a mark on the resent turn stays at its end.
+    body["messages"][1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    marked = splices.expand(read_view(body, "anthropic")).body["messages"]
+    assert [b.get("cache_control") for b in marked[1]["content"]] == [
+        None,
+        None,
+        None,
+        {"type": "ephemeral"},
+    ]
+    assert "cache_control" not in upstream[0]["content"][-1]  # the splice is not changed
+    assert json.dumps(splices.to_json()).count("cache_control") == 0
     assert [b.get("tool_use_id") for b in messages[2]["content"]] == [
         "call_recall",
         AGAIN.id,
@@ -345,6 +380,7 @@ def test_a_splice_ending_with_recall_results_joins_the_clients_results() -> None
     ]
     assert [m.role for m in view.messages] == ["user", "assistant", "tool", "tool", "user"]
     assert body["messages"][1]["content"][0]["text"] == NEXT  # the client's body untouched
+    assert "cache_control" not in body["messages"][1]["content"][0]
 
 
 def test_splices_stored_by_an_earlier_version_still_apply_and_junk_is_dropped() -> None:
@@ -415,4 +451,42 @@ def test_a_restarted_proxy_still_puts_the_exchange_back(api: Api, tmp_path: Any)
     for k in range(3):
         before = _conversation(api, records[k].body)
         assert _conversation(api, records[k + 1].body)[: len(before)] == before
+    assert all(r.prefix_extends for r in records)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("shape", ["text_before", "parallel", "reasoning"])
+def test_claude_code_marks_through_a_recall_session(shape: str, stream: bool) -> None:
+    """Both system blocks and the last two messages marked, as Claude Code sends them, with
+    recall exchanges spliced in: the upstream, which refuses a fifth mark, serves every
+    request; each carries the client's four marks, on the blocks the client marked."""
+    from cachepilot.wire.anthropic import cache_mark_count
+
+    replies, _ = script(shape)
+    with (
+        ReplayProvider(replies, profile="anthropic") as upstream,
+        running_proxy(upstream.base_url, provider="anthropic") as proxy,
+    ):
+        texts, _ = _session("anthropic", proxy.base_url, stream, claude_code=True)
+        records = upstream.records
+    assert texts[1:] == [FINAL, THANKS]
+    assert [cache_mark_count(r.body) for r in records] == [4] * len(records)
+    for record in records:
+        assert record.body["system"] == CLAUDE_CODE_SYSTEM
+        last = record.body["messages"][-1]["content"][-1]
+        if str(last.get("tool_use_id", "")).startswith("call_recall"):
+            continue  # a follow-up of the proxy's: it ends with a recall answer
+        # The client's marks, where it put them: the end of its last two messages (the one
+        # it was shown now ends with the upstream's reply spliced in its place).
+        messages = record.body["messages"]
+        marked = [
+            i
+            for i, m in enumerate(messages)
+            if isinstance(m["content"], list) and any("cache_control" in b for b in m["content"])
+        ]
+        assert marked == [len(messages) - 2, len(messages) - 1]
+        assert all("cache_control" in messages[i]["content"][-1] for i in marked)
+    for k in range(len(records) - 1):
+        before = _conversation("anthropic", records[k].body)
+        assert _conversation("anthropic", records[k + 1].body)[: len(before)] == before
     assert all(r.prefix_extends for r in records)

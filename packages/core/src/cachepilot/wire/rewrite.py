@@ -570,6 +570,30 @@ def _write_anthropic(
     ]
 
 
+def _keep_client_marks(elements: list[dict[str, Any]], replaced: Sequence[Any]) -> None:
+    """The client's `cache_control` marks of a replaced Messages turn, put on the end of the
+    last assistant entry standing in for it (where the turn the client marked ends); thinking
+    blocks take no mark. `elements` are fresh copies; their blocks are replaced, not changed."""
+    marks = [
+        block["cache_control"]
+        for entry in replaced
+        if isinstance(entry, Mapping) and isinstance(entry.get("content"), list)
+        for block in entry["content"]
+        if isinstance(block, Mapping) and "cache_control" in block
+    ]
+    at = next((i for i in range(len(elements) - 1, -1, -1)
+               if elements[i].get("role") == "assistant"), None)  # fmt: skip
+    if not marks or at is None:
+        return
+    blocks = [dict(b) if isinstance(b, Mapping) else b for b in _as_blocks(elements[at]["content"])]
+    for k in range(len(blocks) - 1, -1, -1):
+        if not marks:
+            break
+        if _markable(blocks, [k]) is not None:
+            blocks[k]["cache_control"] = marks.pop()
+    elements[at] = {**elements[at], "content": blocks}
+
+
 def _carry_marks(content: Any, original: Sequence[Any]) -> Any:
     """A rewritten message's content with the caller's `cache_control` marks of its original
     blocks kept, aligned from the end (what a rewrite adds, a context block, comes first):
@@ -765,6 +789,8 @@ def resplice(
         source = view.sources[index]
         out.extend(raw[position : source.index])
         elements = [dict(e) for e in replace[index]]
+        if view.api == "anthropic":
+            _keep_client_marks(elements, raw[source.index : source.end])
         position = source.end
         after = raw[position] if position < len(raw) else None
         if (
