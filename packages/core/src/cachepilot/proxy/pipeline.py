@@ -7,7 +7,10 @@ it is seen, the same text on every later request), `CachePilot.prepare` canonica
 system prompt, orders the tools with `recall` among them and applies the thread's plan, and
 the result is written back into the client's body (every field the proxy does not change is
 kept). For Anthropic Messages, `cache_control` breakpoints are added where they pay (see
-`cachepilot.breakpoints`; the thread's stable anchors come from `CachePilot.stable_anchors`).
+`cachepilot.breakpoints`; the thread's stable anchors come from `CachePilot.stable_anchors`),
+only in the slots the client's own marks leave, counted per marked block as the API counts
+them: the body sent never carries more than four, and the client's marks stay on their
+blocks (docs/proxy.md).
 
 A Responses request that continues a server-held conversation (`previous_response_id`,
 `conversation`) carries only its newest items: their tool results are reduced, and nothing
@@ -16,8 +19,9 @@ else is rewritten (the server holds the rest).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cachepilot.breakpoints import plan_breakpoints
@@ -30,9 +34,21 @@ from cachepilot.proxy.recall import recall_tool
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.sim import ProviderProfile, Request, get_profile, render_request
 from cachepilot.tokens import get_counter
-from cachepilot.wire import BodyView, Source, mark_breakpoints, read_view, write_view
+from cachepilot.wire import (
+    BodyView,
+    Source,
+    WireError,
+    cache_marks,
+    mark_breakpoints,
+    read_view,
+    resplice,
+    write_view,
+)
+from cachepilot.wire.anthropic import MAX_CACHE_MARKS, cache_mark_count
 
 __all__ = ["Pipeline", "Prepared"]
+
+logger = logging.getLogger(__name__)
 
 _DEFAULT_CONTROL: dict[str, Any] = {"type": "ephemeral"}
 
@@ -52,6 +68,8 @@ class Prepared:
         tools: the tools sent.
         recall: the recall tool is offered.
         added_marks: Anthropic breakpoints the proxy added (message indices, -1 the header).
+        unmarked: the body without the proxy's own marks (None when it added none): sent
+            instead when the upstream refuses the marks.
     """
 
     body: dict[str, Any]
@@ -64,6 +82,7 @@ class Prepared:
     tools: list[dict[str, Any]]
     recall: bool
     added_marks: list[int] = field(default_factory=list)
+    unmarked: dict[str, Any] | None = None
 
 
 class Pipeline:
@@ -83,14 +102,15 @@ class Pipeline:
         client_tools = [dict(t) for t in view.tools]
         names = {tool_name(t) for t in client_tools}
         offer = self.config.recall and bool(client_tools) and RECALL_TOOL_NAME not in names
-        marks: dict[str, tuple[Any, bool]] = {}
+        marks: dict[str, Any] = {}
         if view.api == "anthropic":
-            for i, tool in enumerate(client_tools):
+            for tool in client_tools:
                 if "cache_control" in tool:
-                    marks[tool_name(tool)] = (tool.pop("cache_control"), i == len(client_tools) - 1)
+                    marks[tool_name(tool)] = tool.pop("cache_control")
         tools = [*client_tools, recall_tool(view.api)] if offer else client_tools
-        spliced, sources = memory.splices.expand(view.messages, view.sources)
-        inputs = memory.intern(spliced)
+        view = memory.splices.expand(view)
+        sources: list[Source | None] = list(view.sources)
+        inputs = memory.intern(view.messages)
         reduced = self.pilot.reduce_results(inputs, thread, recall=offer)
         if view.stateful:
             system, messages, out_tools = view.system, reduced, tools
@@ -113,6 +133,39 @@ class Pipeline:
         prepared.body = self.write(prepared, memory, prepared.messages)
         return prepared
 
+    def follow_up(
+        self,
+        prepared: Prepared,
+        memory: ThreadMemory,
+        elements: Sequence[Mapping[str, Any]],
+        history: Sequence[Message],
+    ) -> dict[str, Any]:
+        """The body that asks the upstream again after a recall: the request as sent with
+        `elements` (the replies and answers since, raw; `history` in neutral form) appended.
+        They reach the upstream byte for byte, as the splice puts them back on the thread's
+        later requests."""
+        view = prepared.view
+        count = len(view.messages)
+        try:
+            extended: BodyView | None = resplice(view, {}, elements)
+        except WireError:
+            extended = None
+        if extended is None or extended.sources[:count] != view.sources:
+            # Appending changed how the client's own messages read (a request that ends
+            # with an assistant turn): the exchange is written from neutral form.
+            logger.info("thread %s: recall exchange written from neutral form", prepared.thread)
+            return self.write(prepared, memory, [*prepared.messages, *history])
+        new = extended.messages[count:]
+        more = replace(
+            prepared,
+            view=extended,
+            inputs=[*prepared.inputs, *new],
+            sources=[*prepared.sources, *extended.sources[count:]],
+        )
+        body = self.write(more, memory, [*prepared.messages, *new])
+        prepared.added_marks, prepared.unmarked = more.added_marks, more.unmarked
+        return body
+
     def write(
         self, prepared: Prepared, memory: ThreadMemory, messages: Sequence[Message]
     ) -> dict[str, Any]:
@@ -134,7 +187,10 @@ class Pipeline:
             tools=[{k: v for k, v in t.items() if k != "cache_control"} for t in written.tools],
         )
         rendered = render_request(request, get_counter())
-        client = written.breakpoints or []
+        # The client's marks, one per marked block as the API counts them: cachepilot's own
+        # go only in the slots they leave (none when the client used four, or more).
+        controls = cache_marks(written)
+        client = [index for index, _ in controls]
         # The same view read back: its stable anchors (before the first message the next
         # maintenance point may rewrite) keep that prefix written across a rewrite.
         stable = _written_indices(
@@ -142,14 +198,25 @@ class Pipeline:
             prepared.messages,
             len(written.messages),
         )
-        added = plan_breakpoints(rendered, client, memory.sent, self._breakpoints, stable=stable)
+        added: list[int] = []
+        if len(client) < MAX_CACHE_MARKS and not memory.marks_refused:
+            added = plan_breakpoints(
+                rendered, client, memory.sent, self._breakpoints, stable=stable
+            )
         memory.sent = rendered
         prepared.added_marks = added
+        prepared.unmarked = None
         if not added:
             return body
-        controls = _client_controls(body, written)
+        unmarked = body
         for index in added:
             body = mark_breakpoints(body, written, [index], _control_for(index, controls))
+        if cache_mark_count(body) > MAX_CACHE_MARKS:  # never send more than the API takes
+            logger.warning("thread %s: cache marks over the limit; sending the client's only",
+                           prepared.thread)  # fmt: skip
+            prepared.added_marks = []
+            return unmarked
+        prepared.unmarked = unmarked
         return body
 
 
@@ -169,42 +236,18 @@ def _written_indices(indices: Sequence[int], sent: Sequence[Message], written: i
 
 
 def _restore_tool_marks(
-    tools: list[dict[str, Any]], marks: Mapping[str, tuple[Any, bool]]
+    tools: list[dict[str, Any]], marks: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """The client's tool `cache_control` marks put back after canonical ordering: a mark on
-    the client's last tool goes on the last tool (it meant "end of tools"), others stay on
-    their tool."""
+    """The client's tool `cache_control` marks put back on their own tools (by name) after
+    canonical ordering: a client's mark is never moved nor dropped."""
     if not marks:
         return tools
     out = [dict(t) for t in tools]
-    for name, (control, was_last) in marks.items():
-        target = len(out) - 1 if was_last else next(
-            (i for i, t in enumerate(out) if tool_name(t) == name), None
-        )  # fmt: skip
-        if target is not None and out:
-            out[target]["cache_control"] = control
+    for tool in out:
+        name = tool_name(tool)
+        if name in marks:
+            tool["cache_control"] = marks[name]
     return out
-
-
-def _client_controls(body: Mapping[str, Any], view: BodyView) -> list[tuple[int, Any]]:
-    """The client's `cache_control` objects with the message index they mark (-1: header)."""
-    found: list[tuple[int, Any]] = []
-    system = body.get("system")
-    for block in system if isinstance(system, list) else ():
-        if isinstance(block, Mapping) and "cache_control" in block:
-            found.append((-1, block["cache_control"]))
-    for tool in body.get("tools") or ():
-        if isinstance(tool, Mapping) and "cache_control" in tool:
-            found.append((-1, tool["cache_control"]))
-    raw = body.get("messages") or []
-    for index, source in enumerate(view.sources):
-        content = raw[source.index].get("content")
-        if isinstance(content, list):
-            for k in source.blocks:
-                block = content[k]
-                if isinstance(block, Mapping) and "cache_control" in block:
-                    found.append((index, block["cache_control"]))
-    return found
 
 
 def _control_for(index: int, controls: Sequence[tuple[int, Any]]) -> Mapping[str, Any]:

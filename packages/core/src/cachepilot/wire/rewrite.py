@@ -22,15 +22,20 @@ from cachepilot.plan import FOLD_ID_PREFIX
 from cachepilot.wire._common import Api, Reader, WireError, text_of
 from cachepilot.wire.anthropic import anthropic_blocks, read_anthropic
 from cachepilot.wire.chat import chat_message, chat_messages
+from cachepilot.wire.response import parse_response
 from cachepilot.wire.responses import responses_input, responses_items
 
 __all__ = [
     "BodyView",
     "Source",
     "align",
+    "cache_marks",
     "mark_breakpoints",
     "read_view",
+    "reply_elements",
+    "resplice",
     "split_like",
+    "wire_messages",
     "write_view",
 ]
 
@@ -449,15 +454,22 @@ def _write_responses(
 
 
 def _tool_result_content(message: Message, block: Mapping[str, Any]) -> Any:
-    """A tool result's new content in the shape of its original `content`."""
+    """A tool result's new content in the shape of its original `content` (a caller's
+    `cache_control` mark on a replaced text block stays on the text that replaces it)."""
     original = block.get("content")
     text = message.text
     if not isinstance(original, list):
         return text
-    others = [
-        b for b in original if not (isinstance(b, Mapping) and b.get("type") in ("text", None))
-    ]
-    return [{"type": "text", "text": text}, *others] if text else others
+    texts = [b for b in original if isinstance(b, Mapping) and b.get("type") in ("text", None)]
+    replaced = {id(t) for t in texts}
+    others = [b for b in original if id(b) not in replaced]
+    if not text:
+        return others
+    first: dict[str, Any] = {"type": "text", "text": text}
+    mark = next((t["cache_control"] for t in reversed(texts) if t.get("cache_control")), None)
+    if mark is not None:
+        first["cache_control"] = mark
+    return [first, *others]
 
 
 def _anthropic_new(message: Message) -> dict[str, Any]:
@@ -532,7 +544,8 @@ def _write_anthropic(
                 ]  # fmt: skip
                 piece = [*head, *kept]
             else:
-                piece = _anthropic_new(message)["content"]
+                original = [] if isinstance(content, str) else [content[k] for k in source.blocks]
+                piece = _carry_marks(_anthropic_new(message)["content"], original)
         last = entries[-1] if entries else None
         if last is not None and last.origin == source.index:
             last.content = _as_blocks(last.content) + _as_blocks(piece)
@@ -555,6 +568,52 @@ def _write_anthropic(
     body["messages"] = [
         {**item.base, "role": item.role, "content": item.content} for item in merged
     ]
+
+
+def _keep_client_marks(elements: list[dict[str, Any]], replaced: Sequence[Any]) -> None:
+    """The client's `cache_control` marks of a replaced Messages turn, put on the end of the
+    last assistant entry standing in for it (where the turn the client marked ends); thinking
+    blocks take no mark. `elements` are fresh copies; their blocks are replaced, not changed."""
+    marks = [
+        block["cache_control"]
+        for entry in replaced
+        if isinstance(entry, Mapping) and isinstance(entry.get("content"), list)
+        for block in entry["content"]
+        if isinstance(block, Mapping) and "cache_control" in block
+    ]
+    at = next((i for i in range(len(elements) - 1, -1, -1)
+               if elements[i].get("role") == "assistant"), None)  # fmt: skip
+    if not marks or at is None:
+        return
+    blocks = [dict(b) if isinstance(b, Mapping) else b for b in _as_blocks(elements[at]["content"])]
+    for k in range(len(blocks) - 1, -1, -1):
+        if not marks:
+            break
+        if _markable(blocks, [k]) is not None:
+            blocks[k]["cache_control"] = marks.pop()
+    elements[at] = {**elements[at], "content": blocks}
+
+
+def _carry_marks(content: Any, original: Sequence[Any]) -> Any:
+    """A rewritten message's content with the caller's `cache_control` marks of its original
+    blocks kept, aligned from the end (what a rewrite adds, a context block, comes first):
+    a mark stays on the block that carries the text it marked."""
+    marks = [
+        b["cache_control"] for b in original if isinstance(b, Mapping) and "cache_control" in b
+    ]
+    if not marks:
+        return content
+    blocks = [dict(b) for b in _as_blocks(content)]
+    if not blocks:
+        return content
+    if len(blocks) == len(original):
+        for block, old in zip(blocks, original, strict=True):
+            if isinstance(old, Mapping) and "cache_control" in old:
+                block["cache_control"] = old["cache_control"]
+        return blocks
+    for block, mark in zip(reversed(blocks), reversed(marks), strict=False):
+        block["cache_control"] = mark
+    return blocks
 
 
 def _as_blocks(content: Any) -> list[Any]:
@@ -627,3 +686,124 @@ def _markable(content: Sequence[Any], blocks: Sequence[int]) -> int | None:
             continue
         return k
     return None
+
+
+def cache_marks(view: BodyView) -> list[tuple[int, Any]]:
+    """The `cache_control` marks of a Messages body, one entry per mark as the API counts
+    them (`cachepilot.wire.anthropic.cache_mark_count`), each with the planner index it
+    ends: the neutral message index, -1 for a system block or tool definition. The
+    request-level mark (automatic caching) ends the last message."""
+    body = view.body
+    found: list[tuple[int, Any]] = []
+    for key in ("system", "tools"):
+        blocks = body.get(key)
+        for block in blocks if isinstance(blocks, list) else ():
+            if isinstance(block, Mapping) and block.get("cache_control"):
+                found.append((-1, block["cache_control"]))
+    raw = body.get("messages")
+    raw = raw if isinstance(raw, list) else []
+    for index, source in enumerate(view.sources):
+        content = raw[source.index].get("content") if source.index < len(raw) else None
+        if not isinstance(content, list):
+            continue
+        for k in source.blocks:
+            block = content[k]
+            if not isinstance(block, Mapping):
+                continue
+            inner = block.get("content") if block.get("type") == "tool_result" else None
+            for nested in inner if isinstance(inner, list) else ():
+                if isinstance(nested, Mapping) and nested.get("cache_control"):
+                    found.append((index, nested["cache_control"]))
+            if block.get("cache_control"):
+                found.append((index, block["cache_control"]))
+    top = body.get("cache_control")
+    if top and view.messages:
+        found.append((len(view.messages) - 1, top))
+    return found
+
+
+# --------------------------------------------------------------------------- elements
+
+
+def wire_messages(api: Api, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Neutral messages as request elements of `api`: Chat messages, Responses `input` items,
+    Messages entries (consecutive user-side messages, tool results among them, in one)."""
+    if api == "chat":
+        return chat_messages(None, messages)
+    if api == "responses":
+        return responses_input(messages)
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        made = _anthropic_new(message)
+        if out and made["role"] == "user" and out[-1]["role"] == "user":
+            out[-1] = {**out[-1], "content": _as_blocks(out[-1]["content"]) + _as_blocks(
+                made["content"])}  # fmt: skip
+            continue
+        out.append(made)
+    return out
+
+
+def reply_elements(api: Api, payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The request elements that carry a reply body back to the API as it was produced:
+    Responses output items and Messages content blocks exactly as received (item ids,
+    encrypted reasoning and thinking signatures kept); a Chat reply as its assistant message
+    (Chat has no ids besides the tool calls')."""
+    if api == "responses":
+        output = payload.get("output")
+        return [dict(item) for item in output or () if isinstance(item, Mapping)]
+    if api == "anthropic":
+        content = payload.get("content")
+        blocks = [dict(b) for b in content or () if isinstance(b, Mapping)]
+        return [{"role": "assistant", "content": blocks}]
+    output = parse_response(payload, api).output
+    return wire_messages(api, output[:1])
+
+
+def resplice(
+    view: BodyView,
+    replace: Mapping[int, Sequence[Mapping[str, Any]]],
+    append: Sequence[Mapping[str, Any]] = (),
+) -> BodyView:
+    """`view`'s body with the raw elements of some messages replaced and elements appended,
+    read again (the new elements get origins, so `write_view` copies them byte for byte).
+
+    Args:
+        view: the body as read.
+        replace: message index → the raw elements (Chat messages, Responses items, Messages
+            entries) that stand in the body where that message's elements are. A Messages
+            replacement that ends with a user entry joins the user entry after it (tool
+            results of one turn share one user message).
+        append: raw elements added after the last message.
+
+    Raises:
+        WireError: when the new body does not read (the caller keeps `view`).
+    """
+    key = "input" if view.api == "responses" else "messages"
+    found = view.body.get(key)
+    raw: list[Any] = list(found) if isinstance(found, list) else []
+    if isinstance(found, str):
+        raw = [{"type": "message", "role": "user", "content": found}]
+    out: list[Any] = []
+    position = 0
+    for index in sorted(replace):
+        source = view.sources[index]
+        out.extend(raw[position : source.index])
+        elements = [dict(e) for e in replace[index]]
+        if view.api == "anthropic":
+            _keep_client_marks(elements, raw[source.index : source.end])
+        position = source.end
+        after = raw[position] if position < len(raw) else None
+        if (
+            view.api == "anthropic"
+            and elements
+            and elements[-1].get("role") == "user"
+            and isinstance(after, Mapping)
+            and after.get("role") == "user"
+        ):
+            joined = _as_blocks(elements[-1].get("content")) + _as_blocks(after.get("content"))
+            elements[-1] = {**after, "content": joined}
+            position += 1
+        out.extend(elements)
+    out.extend(raw[position:])
+    out.extend(dict(e) for e in append)
+    return read_view({**view.body, key: out}, view.api)
