@@ -219,13 +219,15 @@ def prefix_breaks(api: str, thread: list[ReplayRecord]) -> list[int]:
     return out
 
 
-def executed_tools(api: str, body: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(name, arguments) of the task's tool calls in the last request (recall left out)."""
+def executed_tools(api: str, body: Mapping[str, Any], repo: str) -> list[tuple[str, str]]:
+    """(name, arguments) of the task's tool calls in the last request (recall left out), the
+    scratch repository's path written `<repo>` (each run has its own)."""
     found: list[tuple[str, str]] = []
 
     def add(call_id: Any, name: Any, arguments: Any) -> None:
         if isinstance(call_id, str) and "_cp_" in call_id and not call_id.endswith("_cp_recall"):
-            found.append((str(name), json.dumps(arguments, sort_keys=True)))
+            text = json.dumps(arguments, sort_keys=True).replace(repo, "<repo>")
+            found.append((str(name), text))
 
     if api == "anthropic":
         for message in body.get("messages") or []:
@@ -283,7 +285,7 @@ def run_once(client: Client, mode: str, work: Path) -> Outcome:
         refusals=list(rules.refusals),
         files=snapshot(repo),
         edited=EDIT_NEW in module.read_text(encoding="utf-8"),
-        executed=executed_tools(client.api, thread[-1].body) if thread else [],
+        executed=executed_tools(client.api, thread[-1].body, str(repo)) if thread else [],
         breaks=prefix_breaks(client.api, thread),
         maintenance=maintenance,
         recalls=model.recalls,
