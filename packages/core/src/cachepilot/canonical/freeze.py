@@ -16,6 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from cachepilot.canonical.config import CanonicalConfig, Placement
 from cachepilot.canonical.detect import _CACHE_ENTRIES
 from cachepilot.canonical.text import _Assigner, render_block
+from cachepilot.canonical.tools import (
+    canonical_json,
+    canonicalize_tool,
+    tool_fingerprint,
+    tool_name,
+)
 from cachepilot.canonical.volatility import (
     SEPARATOR,
     Baseline,
@@ -23,12 +29,6 @@ from cachepilot.canonical.volatility import (
     learn,
     merge_learned,
     text_digest,
-)
-from cachepilot.canonical.tools import (
-    canonical_json,
-    canonicalize_tool,
-    tool_fingerprint,
-    tool_name,
 )
 from cachepilot.messages import ContentPart, Message, TextPart
 
