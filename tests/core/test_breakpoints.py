@@ -87,6 +87,19 @@ def test_client_marks_kept_and_the_limit_never_exceeded(counter: TokenCounter) -
         marks(request, counter, client=[len(messages)])
 
 
+def test_each_client_mark_takes_a_slot_also_two_at_one_position(counter: TokenCounter) -> None:
+    """Two marked system blocks both end the header: the provider counts two marks."""
+    messages = [Message("user", text(1500)), *turn(0, 1), *turn(1, 12)]
+    request = Request("s" * 1996, messages)
+    last = len(messages) - 1
+    assert marks(request, counter, client=[last]) == [HEADER, 2]  # bridge and header
+    # Three marked blocks in the last message, or two system blocks and it: one slot left.
+    assert marks(request, counter, client=[last, last, last]) == [2]
+    assert marks(request, counter, client=[HEADER, HEADER, last]) == [2]
+    assert marks(request, counter, client=[HEADER, HEADER, last - 1, last]) == []
+    assert marks(request, counter, client=[HEADER, HEADER, HEADER, last, last]) == []
+
+
 def test_deterministic(counter: TokenCounter) -> None:
     messages = [Message("user", text(1500)), *turn(0, 3), *turn(1, 12)]
     request = Request("s" * 1996, messages)

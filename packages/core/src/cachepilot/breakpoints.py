@@ -5,8 +5,10 @@ four per request), and a later request reads an earlier prefix only when it ends
 `lookback_blocks` content blocks (Anthropic: 20) before one of its own marks. Tokens are
 billed as written only past the cache hit, once, however many marks a request carries, so a
 mark costs nothing by itself; what it buys depends on where it sits. The caller's own marks
-are always kept and count against the limit. In the slots left, marks are added in this
-order, each only where its prefix reaches the profile's minimum cacheable length:
+are always kept and count against the limit *one by one*, as the provider counts them: two
+marked system blocks take two slots although both end the same planner position (the
+header). In the slots left, marks are added in this order, each only where its prefix
+reaches the profile's minimum cacheable length:
 
 1. **the last message**: the next call of the thread reads everything up to it;
 2. **a bridge** to the end of the previous request (given, else the message before the
@@ -94,7 +96,9 @@ def plan_breakpoints(
 
     Args:
         rendered: the request as it will be sent (`render_request`, no hidden prefix).
-        client: the caller's own marks: message indices, `HEADER` (-1) for tools + system.
+        client: the caller's own marks, one entry per mark on the wire: message indices,
+            `HEADER` (-1) for a mark in tools + system. A position marked twice (two system
+            blocks, two blocks of one message) appears twice: each mark takes a slot.
         previous: the thread's previous request as sent, when known (the bridge then targets
             its exact end; without it, the message before the newest assistant message).
         profile: the provider profile (limit, lookback, minimum); Anthropic's rules when None.
@@ -102,7 +106,8 @@ def plan_breakpoints(
 
     Returns:
         Message indices to mark (`HEADER` for tools + system), sorted, none of them the
-        caller's; together with `client` at most the profile's limit.
+        caller's; together with `client` at most the profile's limit (none when the caller's
+        marks use every slot, or more).
 
     Raises:
         ValueError: when `client` names a message the request does not have.
@@ -124,7 +129,7 @@ def plan_breakpoints(
             )
         if segment is not None:
             marked.add(segment)
-    budget = limit - len(set(client))
+    budget = limit - len(client)
     if budget <= 0 or rendered.n_messages == 0:
         return []
     last = len(rendered.segments) - 1

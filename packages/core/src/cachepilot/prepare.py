@@ -146,8 +146,9 @@ class Preparation(Maintenance):
         Args:
             system, messages, tools: the request as `prepare` returned it.
             thread: the scope.
-            client: the caller's own marks (message indices, -1 for tools + system): kept,
-                and counted against the provider's limit.
+            client: the caller's own marks, one entry per mark (message indices, -1 for a
+                mark in tools + system; two marked system blocks are two entries): kept,
+                and each counted against the provider's limit.
             profile: the provider profile whose rules apply (default: `Config.provider` when
                 it is an explicit-breakpoint profile, else `anthropic`).
             hidden_prefix_tokens: tokens the provider puts before the tools that are not in

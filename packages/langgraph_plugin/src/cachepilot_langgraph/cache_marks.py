@@ -70,13 +70,14 @@ def _client_marks(
     tools: Sequence[object],
     options: Mapping[str, Any],
 ) -> list[int]:
-    """The caller's own marks, as planner indices (-1: tools + system)."""
-    out: list[int] = []
-    if (system is not None and _has_mark(system.content)) or any(_tool_marked(t) for t in tools):
-        out.append(_HEADER)
-    out.extend(i for i, m in enumerate(messages) if _has_mark(m.content))
-    if options.get("cache_control") and messages and len(messages) - 1 not in out:
-        out.append(len(messages) - 1)  # ChatAnthropic marks the last block itself
+    """The caller's own marks as planner indices (-1: tools + system), one entry per mark on
+    the wire: the provider counts each marked block, also two at one planner position."""
+    out: list[int] = [_HEADER] * (_count_marks(system.content) if system is not None else 0)
+    out.extend(_HEADER for t in tools if _tool_marked(t))
+    for i, message in enumerate(messages):
+        out.extend([i] * _count_marks(message.content))
+    if options.get("cache_control") and messages:
+        out.append(len(messages) - 1)  # automatic caching takes a slot (the last block)
     return out
 
 
@@ -118,22 +119,6 @@ def _count_marks(content: object) -> int:
     return sum(1 for b in content if isinstance(b, Mapping) and b.get("cache_control"))
 
 
-def _client_mark_count(
-    system: SystemMessage | None,
-    messages: Sequence[BaseMessage],
-    tools: Sequence[object],
-    options: Mapping[str, Any],
-) -> int:
-    """How many breakpoints the caller's own marks take on the wire (the limit counts each
-    one, also two at one planner position such as the system prompt and the last tool)."""
-    count = _count_marks(system.content) if system is not None else 0
-    count += sum(1 for t in tools if _tool_marked(t))
-    count += sum(_count_marks(m.content) for m in messages)
-    if options.get("cache_control"):
-        count += 1  # the request-level mark (automatic caching) takes a slot too
-    return count
-
-
 class MarkedRequest:
     """The system message and messages to send, with the chosen marks (copies only)."""
 
@@ -164,7 +149,7 @@ def mark_request(
     out = list(messages)
     try:
         client = _client_marks(system, out, tools, options or {})
-        used = _client_mark_count(system, out, tools, options or {})
+        used = len(client)
         if used >= _MAX_MARKS:
             return MarkedRequest(system, out, [])
         chosen = pilot.cache_breakpoints(system_text, view, schemas, thread, client=client)

@@ -8,6 +8,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,6 +21,14 @@ from cachepilot.canonical.tools import (
     canonicalize_tool,
     tool_fingerprint,
     tool_name,
+)
+from cachepilot.canonical.volatility import (
+    SEPARATOR,
+    Baseline,
+    LearnedSpan,
+    learn,
+    merge_learned,
+    text_digest,
 )
 from cachepilot.messages import ContentPart, Message, TextPart
 
@@ -50,6 +59,11 @@ class CanonicalState(BaseModel):
     """`tool_fingerprint` of the previous call's tools, as returned."""
     tool_changes: int = 0
     """Times the tool set changed mid-thread (a prefix break cause)."""
+    learned: list[LearnedSpan] = Field(default_factory=list)
+    """Spans learned as volatile in this thread (see `cachepilot.canonical.volatility`)."""
+    baselines: dict[str, Baseline] = Field(default_factory=dict)
+    """Per group of texts (``system``, ``tools``), the previous call's canonical text: what
+    the next call is compared with to learn volatile spans."""
 
     @property
     def by_value(self) -> dict[str, str]:
@@ -171,20 +185,13 @@ class Canonicalizer:
         maintenance: bool,
     ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
         cfg = self.config
-        assigner = _Assigner(cfg)
-        tools_out, fingerprint = self._tools(tools)
-        if cfg.canonicalize_tool_descriptions:
-            tools_out = [_canonical_descriptions(t, assigner) for t in tools_out]
-            fingerprint = tool_fingerprint(tools_out)
-        system_out = assigner.canonicalize(system)[0] if isinstance(system, str) else system
-        out = list(messages)
-        n_leading = 0
-        if cfg.leading_system_messages:
-            while n_leading < len(out) and out[n_leading].role == "system":
-                out[n_leading] = self._stable(
-                    out[n_leading], _canonical_message(out[n_leading], assigner)
-                )
-                n_leading += 1
+        rendered = self._render(system, messages, tools, state)
+        if cfg.learn_volatile and self._learn(state, rendered.assigner.texts):
+            rendered = self._render(system, messages, tools, state)  # with the new spans
+        if cfg.learn_volatile:
+            _keep_baselines(state, rendered.assigner.texts, cfg.learn_max_chars)
+        assigner, system_out, out = rendered.assigner, rendered.system, rendered.messages
+        tools_out, fingerprint, n_leading = rendered.tools, rendered.fingerprint, rendered.leading
 
         digest = _digest(fingerprint, system_out, out[:n_leading])
         current = assigner.values
@@ -214,6 +221,72 @@ class Canonicalizer:
                 state.epoch,
             )
         return system_out, out, tools_out
+
+    def _render(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]],
+        state: CanonicalState,
+    ) -> _Rendered:
+        """The canonical tools, system and leading system messages (no block yet)."""
+        cfg = self.config
+        learned = state.learned if cfg.learn_volatile else ()
+        assigner = _Assigner(cfg, learned)
+        tools_out, fingerprint = self._tools(tools)
+        if cfg.canonicalize_tool_descriptions or cfg.learn_volatile:
+            described = [
+                _canonical_descriptions(t, assigner, builtins=cfg.canonicalize_tool_descriptions)
+                for t in tools_out
+            ]
+            if any(a is not b for a, b in zip(described, tools_out, strict=True)):
+                fingerprint = tool_fingerprint(described)
+            tools_out = described
+        system_out = (
+            assigner.canonicalize(system, group=_SYSTEM)[0] if isinstance(system, str) else system
+        )
+        out = list(messages)
+        n_leading = 0
+        if cfg.leading_system_messages:
+            while n_leading < len(out) and out[n_leading].role == "system":
+                out[n_leading] = self._stable(
+                    out[n_leading], _canonical_message(out[n_leading], assigner)
+                )
+                n_leading += 1
+        return _Rendered(assigner, system_out, out, tools_out, fingerprint, n_leading)
+
+    def _learn(self, state: CanonicalState, texts: Mapping[str, Sequence[str]]) -> bool:
+        """Compare each group's texts with the previous call's; True when spans were learned."""
+        cfg = self.config
+        new_spans: list[LearnedSpan] = []
+        for group in _GROUPS:
+            base = state.baselines.get(group)
+            if base is None:
+                continue
+            text = SEPARATOR.join(texts.get(group, ()))
+            if text_digest(text) == base.digest:
+                continue
+            found = learn(
+                base.text(),
+                text,
+                group,
+                max_chars=cfg.learn_max_chars,
+                placeholder=(cfg.placeholder_open, cfg.placeholder_close),
+            )
+            if found:
+                new_spans.extend(found)
+                logger.info(
+                    "learned %d volatile span(s) in the %s texts (frozen from now on)",
+                    len(found),
+                    group,
+                )
+        if not new_spans:
+            return False
+        merged = merge_learned(state.learned, new_spans)
+        if merged == state.learned:
+            return False
+        state.learned = merged
+        return True
 
     def _update_state(
         self,
@@ -255,6 +328,36 @@ class Canonicalizer:
         state.calls += 1
 
 
+_SYSTEM = "system"
+_TOOLS = "tools"
+_GROUPS = (_SYSTEM, _TOOLS)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rendered:
+    assigner: _Assigner
+    system: str | None
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    fingerprint: str
+    leading: int
+
+
+def _keep_baselines(
+    state: CanonicalState, texts: Mapping[str, Sequence[str]], max_chars: int
+) -> None:
+    """Remember this call's canonical texts per group (re-packed only when they changed)."""
+    for group in _GROUPS:
+        text = SEPARATOR.join(texts.get(group, ()))
+        base = state.baselines.get(group)
+        if base is not None and base.digest == text_digest(text):
+            continue
+        if len(text) > max_chars:
+            state.baselines.pop(group, None)
+            continue
+        state.baselines = {**state.baselines, group: Baseline.of(text)}
+
+
 def _digest(fingerprint: str, system: str | None, leading: Sequence[Message]) -> str:
     h = hashlib.sha256()
     h.update(fingerprint.encode())
@@ -264,17 +367,27 @@ def _digest(fingerprint: str, system: str | None, leading: Sequence[Message]) ->
     return h.hexdigest()[:32]
 
 
-def _canonical_descriptions(tool: dict[str, Any], assigner: _Assigner) -> dict[str, Any]:
+def _canonical_descriptions(
+    tool: dict[str, Any], assigner: _Assigner, *, builtins: bool
+) -> dict[str, Any]:
+    """`tool` with its ``description`` strings canonicalized (the same object when none
+    changed, so identity memos downstream keep hitting)."""
+
     def walk(obj: Any) -> Any:
         if isinstance(obj, dict):
-            return {
-                k: assigner.canonicalize(v)[0]
-                if k == "description" and isinstance(v, str)
-                else walk(v)
-                for k, v in obj.items()
-            }
+            out: dict[str, Any] = {}
+            changed = False
+            for k, v in obj.items():
+                if k == "description" and isinstance(v, str):
+                    new = assigner.canonicalize(v, group=_TOOLS, builtins=builtins)[0]
+                else:
+                    new = walk(v)
+                changed = changed or new is not v
+                out[k] = new
+            return out if changed else obj
         if isinstance(obj, list):
-            return [walk(v) for v in obj]
+            items = [walk(v) for v in obj]
+            return items if any(a is not b for a, b in zip(items, obj, strict=True)) else obj
         return obj
 
     out = walk(tool)
@@ -283,13 +396,13 @@ def _canonical_descriptions(tool: dict[str, Any], assigner: _Assigner) -> dict[s
 
 def _canonical_message(message: Message, assigner: _Assigner) -> Message:
     if isinstance(message.content, str):
-        text, spans = assigner.canonicalize(message.content)
+        text, spans = assigner.canonicalize(message.content, group=_SYSTEM)
         return dataclasses.replace(message, content=text) if spans else message
     parts: list[ContentPart] = []
     changed = False
     for part in message.content:
         if isinstance(part, TextPart):
-            text, spans = assigner.canonicalize(part.text)
+            text, spans = assigner.canonicalize(part.text, group=_SYSTEM)
             if spans:
                 part = dataclasses.replace(part, text=text)  # noqa: PLW2901
                 changed = True

@@ -116,6 +116,31 @@ def _one(messages: Sequence[Message]) -> Message:
     return Message(role="assistant", content=simplify(parts), tool_calls=tuple(calls))
 
 
+def _without_marks(
+    prepared: Prepared, memory: ThreadMemory, status: int, data: bytes
+) -> dict[str, Any] | None:
+    """The upstream refused a request carrying cachepilot's marks for their number: the
+    proxy sends it again without them, and adds none to the thread's requests from now on
+    (the upstream counts marks differently from the proxy). The client's marks stay.
+    Returns the body to send again (it becomes `prepared.body`), None for any other error."""
+    unmarked = prepared.unmarked
+    if status != 400 or unmarked is None:
+        return None
+    text = data.decode("utf-8", "replace")
+    if "cache_control" not in text or "maximum" not in text:
+        return None
+    logger.warning(
+        "thread %s: the upstream refused the request's cache marks; sending it again "
+        "without cachepilot's marks, and adding none to this thread from now on",
+        prepared.thread,
+    )
+    memory.marks_refused = True
+    prepared.added_marks = []
+    prepared.unmarked = None
+    prepared.body = unmarked
+    return unmarked
+
+
 PROXY_FOLD_MIN_TOKENS = 15_000
 """The least fold of the proxy's default pilot (the library's default is 6,000). Replaying the
 recorded Claude Code sessions through the proxy on `anthropic-1h`
@@ -326,6 +351,12 @@ class ProxyEngine:
             if failed is not None or response is None:
                 return failed or _error(api, 502, "upstream failed")
             if response.status_code != 200:
+                resend = None
+                if rounds == 0:
+                    resend = _without_marks(prepared, memory, response.status_code, data)
+                if resend is not None:
+                    body = resend
+                    continue
                 return Answer(response.status_code, self._reply_headers(response), data)
             try:
                 payload = json.loads(data)
@@ -437,6 +468,8 @@ class ProxyEngine:
                 return _error(api, 502, f"upstream broke off: {type(exc).__name__}")
             finally:
                 await response.aclose()
+            if _without_marks(prepared, memory, response.status_code, data) is not None:
+                return await self._streamed(api, target, headers, prepared, memory)
             return Answer(response.status_code, self._reply_headers(response), data)
         return Answer(
             200,

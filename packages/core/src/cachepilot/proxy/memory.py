@@ -41,6 +41,8 @@ class ThreadMemory:
         self.splices = Splices()
         self.sent: RenderedRequest | None = None
         self.requests = 0
+        self.marks_refused = False
+        """The upstream refused a request for its cache marks: add none from now on."""
 
     def intern(self, messages: Sequence[Message]) -> list[Message]:
         """`messages` with the leading ones equal to the last request's replaced by those."""

@@ -16,6 +16,7 @@ else is rewritten (the server holds the rest).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,9 +31,19 @@ from cachepilot.proxy.recall import recall_tool
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.sim import ProviderProfile, Request, get_profile, render_request
 from cachepilot.tokens import get_counter
-from cachepilot.wire import BodyView, Source, mark_breakpoints, read_view, write_view
+from cachepilot.wire import (
+    BodyView,
+    Source,
+    cache_marks,
+    mark_breakpoints,
+    read_view,
+    write_view,
+)
+from cachepilot.wire.anthropic import MAX_CACHE_MARKS, cache_mark_count
 
 __all__ = ["Pipeline", "Prepared"]
+
+logger = logging.getLogger(__name__)
 
 _DEFAULT_CONTROL: dict[str, Any] = {"type": "ephemeral"}
 
@@ -52,6 +63,8 @@ class Prepared:
         tools: the tools sent.
         recall: the recall tool is offered.
         added_marks: Anthropic breakpoints the proxy added (message indices, -1 the header).
+        unmarked: the body without the proxy's own marks (None when it added none): sent
+            instead when the upstream refuses the marks.
     """
 
     body: dict[str, Any]
@@ -64,6 +77,7 @@ class Prepared:
     tools: list[dict[str, Any]]
     recall: bool
     added_marks: list[int] = field(default_factory=list)
+    unmarked: dict[str, Any] | None = None
 
 
 class Pipeline:
@@ -83,11 +97,11 @@ class Pipeline:
         client_tools = [dict(t) for t in view.tools]
         names = {tool_name(t) for t in client_tools}
         offer = self.config.recall and bool(client_tools) and RECALL_TOOL_NAME not in names
-        marks: dict[str, tuple[Any, bool]] = {}
+        marks: dict[str, Any] = {}
         if view.api == "anthropic":
-            for i, tool in enumerate(client_tools):
+            for tool in client_tools:
                 if "cache_control" in tool:
-                    marks[tool_name(tool)] = (tool.pop("cache_control"), i == len(client_tools) - 1)
+                    marks[tool_name(tool)] = tool.pop("cache_control")
         tools = [*client_tools, recall_tool(view.api)] if offer else client_tools
         spliced, sources = memory.splices.expand(view.messages, view.sources)
         inputs = memory.intern(spliced)
@@ -134,7 +148,10 @@ class Pipeline:
             tools=[{k: v for k, v in t.items() if k != "cache_control"} for t in written.tools],
         )
         rendered = render_request(request, get_counter())
-        client = written.breakpoints or []
+        # The client's marks, one per marked block as the API counts them: cachepilot's own
+        # go only in the slots they leave (none when the client used four, or more).
+        controls = cache_marks(written)
+        client = [index for index, _ in controls]
         # The same view read back: its stable anchors (before the first message the next
         # maintenance point may rewrite) keep that prefix written across a rewrite.
         stable = _written_indices(
@@ -142,14 +159,25 @@ class Pipeline:
             prepared.messages,
             len(written.messages),
         )
-        added = plan_breakpoints(rendered, client, memory.sent, self._breakpoints, stable=stable)
+        added: list[int] = []
+        if len(client) < MAX_CACHE_MARKS and not memory.marks_refused:
+            added = plan_breakpoints(
+                rendered, client, memory.sent, self._breakpoints, stable=stable
+            )
         memory.sent = rendered
         prepared.added_marks = added
+        prepared.unmarked = None
         if not added:
             return body
-        controls = _client_controls(body, written)
+        unmarked = body
         for index in added:
             body = mark_breakpoints(body, written, [index], _control_for(index, controls))
+        if cache_mark_count(body) > MAX_CACHE_MARKS:  # never send more than the API takes
+            logger.warning("thread %s: cache marks over the limit; sending the client's only",
+                           prepared.thread)  # fmt: skip
+            prepared.added_marks = []
+            return unmarked
+        prepared.unmarked = unmarked
         return body
 
 
@@ -169,42 +197,18 @@ def _written_indices(indices: Sequence[int], sent: Sequence[Message], written: i
 
 
 def _restore_tool_marks(
-    tools: list[dict[str, Any]], marks: Mapping[str, tuple[Any, bool]]
+    tools: list[dict[str, Any]], marks: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """The client's tool `cache_control` marks put back after canonical ordering: a mark on
-    the client's last tool goes on the last tool (it meant "end of tools"), others stay on
-    their tool."""
+    """The client's tool `cache_control` marks put back on their own tools (by name) after
+    canonical ordering: a client's mark is never moved nor dropped."""
     if not marks:
         return tools
     out = [dict(t) for t in tools]
-    for name, (control, was_last) in marks.items():
-        target = len(out) - 1 if was_last else next(
-            (i for i, t in enumerate(out) if tool_name(t) == name), None
-        )  # fmt: skip
-        if target is not None and out:
-            out[target]["cache_control"] = control
+    for tool in out:
+        name = tool_name(tool)
+        if name in marks:
+            tool["cache_control"] = marks[name]
     return out
-
-
-def _client_controls(body: Mapping[str, Any], view: BodyView) -> list[tuple[int, Any]]:
-    """The client's `cache_control` objects with the message index they mark (-1: header)."""
-    found: list[tuple[int, Any]] = []
-    system = body.get("system")
-    for block in system if isinstance(system, list) else ():
-        if isinstance(block, Mapping) and "cache_control" in block:
-            found.append((-1, block["cache_control"]))
-    for tool in body.get("tools") or ():
-        if isinstance(tool, Mapping) and "cache_control" in tool:
-            found.append((-1, tool["cache_control"]))
-    raw = body.get("messages") or []
-    for index, source in enumerate(view.sources):
-        content = raw[source.index].get("content")
-        if isinstance(content, list):
-            for k in source.blocks:
-                block = content[k]
-                if isinstance(block, Mapping) and "cache_control" in block:
-                    found.append((index, block["cache_control"]))
-    return found
 
 
 def _control_for(index: int, controls: Sequence[tuple[int, Any]]) -> Mapping[str, Any]:

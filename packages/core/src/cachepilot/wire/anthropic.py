@@ -25,6 +25,7 @@ __all__ = [
     "anthropic_message",
     "anthropic_tool",
     "anthropic_usage",
+    "block_marks",
     "cache_mark_count",
     "read_anthropic",
 ]
@@ -70,20 +71,36 @@ MAX_CACHE_MARKS = 4
 """Breakpoints one Messages request may carry (the API rejects a fifth)."""
 
 
+def _marked(block: object) -> bool:
+    return isinstance(block, Mapping) and bool(block.get("cache_control"))
+
+
+def block_marks(block: object) -> int:
+    """`cache_control` marks one content block carries: its own, plus those of the blocks
+    nested in a `tool_result` (the API counts every marked block)."""
+    if not isinstance(block, Mapping):
+        return 0
+    count = 1 if block.get("cache_control") else 0
+    inner = block.get("content") if block.get("type") == "tool_result" else None
+    if isinstance(inner, list):
+        count += sum(1 for b in inner if _marked(b))
+    return count
+
+
 def cache_mark_count(body: Mapping[str, Any]) -> int:
-    """`cache_control` marks of a Messages request body: on system, tool and message blocks,
-    plus the request-level one (automatic caching takes a breakpoint slot too)."""
-
-    def marked(blocks: object) -> int:
-        if not isinstance(blocks, list):
-            return 0
-        return sum(1 for b in blocks if isinstance(b, Mapping) and b.get("cache_control"))
-
+    """`cache_control` marks of a Messages request body, counted as the API counts them:
+    every marked system block, tool definition and message content block (blocks nested in a
+    `tool_result` too), plus the request-level one (automatic caching takes a slot)."""
     count = 1 if body.get("cache_control") else 0
-    count += marked(body.get("system")) + marked(body.get("tools"))
+    for key in ("system", "tools"):
+        blocks = body.get(key)
+        if isinstance(blocks, list):
+            count += sum(1 for b in blocks if _marked(b))
     messages = body.get("messages")
-    if isinstance(messages, list):
-        count += sum(marked(m.get("content")) for m in messages if isinstance(m, Mapping))
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list):
+            count += sum(block_marks(b) for b in content)
     return count
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "BodyView",
     "Source",
     "align",
+    "cache_marks",
     "mark_breakpoints",
     "read_view",
     "split_like",
@@ -449,15 +450,22 @@ def _write_responses(
 
 
 def _tool_result_content(message: Message, block: Mapping[str, Any]) -> Any:
-    """A tool result's new content in the shape of its original `content`."""
+    """A tool result's new content in the shape of its original `content` (a caller's
+    `cache_control` mark on a replaced text block stays on the text that replaces it)."""
     original = block.get("content")
     text = message.text
     if not isinstance(original, list):
         return text
-    others = [
-        b for b in original if not (isinstance(b, Mapping) and b.get("type") in ("text", None))
-    ]
-    return [{"type": "text", "text": text}, *others] if text else others
+    texts = [b for b in original if isinstance(b, Mapping) and b.get("type") in ("text", None)]
+    replaced = {id(t) for t in texts}
+    others = [b for b in original if id(b) not in replaced]
+    if not text:
+        return others
+    first: dict[str, Any] = {"type": "text", "text": text}
+    mark = next((t["cache_control"] for t in reversed(texts) if t.get("cache_control")), None)
+    if mark is not None:
+        first["cache_control"] = mark
+    return [first, *others]
 
 
 def _anthropic_new(message: Message) -> dict[str, Any]:
@@ -627,3 +635,37 @@ def _markable(content: Sequence[Any], blocks: Sequence[int]) -> int | None:
             continue
         return k
     return None
+
+
+def cache_marks(view: BodyView) -> list[tuple[int, Any]]:
+    """The `cache_control` marks of a Messages body, one entry per mark as the API counts
+    them (`cachepilot.wire.anthropic.cache_mark_count`), each with the planner index it
+    ends: the neutral message index, -1 for a system block or tool definition. The
+    request-level mark (automatic caching) ends the last message."""
+    body = view.body
+    found: list[tuple[int, Any]] = []
+    for key in ("system", "tools"):
+        blocks = body.get(key)
+        for block in blocks if isinstance(blocks, list) else ():
+            if isinstance(block, Mapping) and block.get("cache_control"):
+                found.append((-1, block["cache_control"]))
+    raw = body.get("messages")
+    raw = raw if isinstance(raw, list) else []
+    for index, source in enumerate(view.sources):
+        content = raw[source.index].get("content") if source.index < len(raw) else None
+        if not isinstance(content, list):
+            continue
+        for k in source.blocks:
+            block = content[k]
+            if not isinstance(block, Mapping):
+                continue
+            inner = block.get("content") if block.get("type") == "tool_result" else None
+            for nested in inner if isinstance(inner, list) else ():
+                if isinstance(nested, Mapping) and nested.get("cache_control"):
+                    found.append((index, nested["cache_control"]))
+            if block.get("cache_control"):
+                found.append((index, block["cache_control"]))
+    top = body.get("cache_control")
+    if top and view.messages:
+        found.append((len(view.messages) - 1, top))
+    return found
