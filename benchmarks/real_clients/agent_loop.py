@@ -97,7 +97,13 @@ def execute(root: Path, name: str, arguments: str) -> str:
             return f"edited {args['path']}"
         if name == "run":
             done = subprocess.run(
-                args["command"], shell=True, cwd=root, capture_output=True, text=True, timeout=60
+                args["command"],
+                shell=True,
+                cwd=root,
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
             return f"exit {done.returncode}\n{done.stdout}{done.stderr}"
     except (KeyError, ValueError, OSError, subprocess.SubprocessError) as exc:
@@ -183,7 +189,9 @@ def run_responses(base_url: str, root: Path, prompt: str) -> LoopResult:
         for call in calls:
             out.executed.append((call.name, call.arguments))
             result = execute(root, call.name, call.arguments)
-            items.append({"type": "function_call_output", "call_id": call.call_id, "output": result})
+            items.append(
+                {"type": "function_call_output", "call_id": call.call_id, "output": result}
+            )
     raise RuntimeError("the responses loop did not finish")
 
 

@@ -30,7 +30,7 @@ __all__ = [
     "Client",
     "ClientRun",
     "InstallError",
-    "RegistryUnreachable",
+    "RegistryUnreachableError",
 ]
 
 CLAUDE_CODE = "2.0.50"
@@ -43,7 +43,7 @@ class InstallError(RuntimeError):
     """A client could not be installed."""
 
 
-class RegistryUnreachable(InstallError):
+class RegistryUnreachableError(InstallError):
     """The package registry could not be reached (the suite skips)."""
 
 
@@ -82,6 +82,7 @@ def _registry_reachable() -> bool:
     try:
         done = subprocess.run(
             ["npm", "view", f"@anthropic-ai/claude-code@{CLAUDE_CODE}", "version"],
+            check=False,
             capture_output=True,
             text=True,
             timeout=60,
@@ -102,13 +103,14 @@ def install_npm(cache: Path) -> Path:
     if shutil.which("npm") is None:
         raise InstallError("npm is not installed")
     if not _registry_reachable():
-        raise RegistryUnreachable("the npm registry cannot be reached")
+        raise RegistryUnreachableError("the npm registry cannot be reached")
     root.mkdir(parents=True, exist_ok=True)
     (root / "package.json").write_text('{"name": "cachepilot-real-clients", "private": true}\n')
     done = subprocess.run(
         ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"]
         + [f"{name}@{version}" for name, version in wanted.items()],
         cwd=root,
+        check=False,
         capture_output=True,
         text=True,
         timeout=600,
@@ -131,10 +133,18 @@ def install_mini_swe_agent(cache: Path) -> Path:
         raise InstallError("uv is not installed")
     steps = [
         [uv, "venv", "--quiet", "--python", sys.executable, str(venv)],
-        [uv, "pip", "install", "--quiet", "--python", str(python), f"mini-swe-agent=={MINI_SWE_AGENT}"],
+        [
+            uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            str(python),
+            f"mini-swe-agent=={MINI_SWE_AGENT}",
+        ],
     ]
     for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(step, check=False, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             raise InstallError(f"installing mini-swe-agent failed: {_tail(done.stderr)}")
     stamp.write_text(MINI_SWE_AGENT)
@@ -177,6 +187,7 @@ def run_claude_code(cache: Path, root: str, repo: Path, home: Path) -> ClientRun
         ],
         cwd=repo,
         env=env,
+        check=False,
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -225,6 +236,7 @@ def run_codex(cache: Path, root: str, repo: Path, home: Path) -> ClientRun:
         ],
         cwd=repo,
         env=env,
+        check=False,
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -259,7 +271,8 @@ _MINI_DRIVER = textwrap.dedent(
         cost_tracking="ignore_errors",
     )
     environment = {**(config.get("environment") or {}), "cwd": repo}
-    agent = DefaultAgent(LitellmModel(**model_config), LocalEnvironment(**environment), **agent_config)
+    model, env = LitellmModel(**model_config), LocalEnvironment(**environment)
+    agent = DefaultAgent(model, env, **agent_config)
     result = agent.run(prompt)
     Path(out).write_text(json.dumps(result))
     """
@@ -278,6 +291,7 @@ def run_mini_swe_agent(cache: Path, root: str, repo: Path, home: Path) -> Client
         [str(python), str(driver), f"{root}/v1", str(repo), PROMPT, str(out)],
         cwd=repo,
         env=env,
+        check=False,
         capture_output=True,
         text=True,
         timeout=TIMEOUT,

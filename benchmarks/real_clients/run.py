@@ -10,7 +10,7 @@ answer, exited 0 with no request refused, and that every upstream request of the
 thread starts with the previous one (marks aside) except at the proxy's maintenance points.
 It prints the input saving and the prefix share per client.
 
-    uv run python benchmarks/real_clients/run.py [--clients claude-code,codex] [--docs docs/real-clients.md]
+    uv run python benchmarks/real_clients/run.py [--clients codex,...] [--docs PAGE]
 
 Exit status: 0 all passed, 1 a check failed, 3 the npm registry (or PyPI for mini-swe-agent)
 could not be reached (`--skip-unreachable` turns that into 0 with a message). Clients are
@@ -38,9 +38,6 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from cachepilot.messages import Message  # noqa: E402
-from cachepilot_bench.provider_rules import ProviderRules  # noqa: E402
-from cachepilot_bench.replay import ReplayProvider, ReplayRecord, ReplayScript  # noqa: E402
 from clients import (  # noqa: E402
     CLAUDE_CODE,
     CLIENTS,
@@ -49,10 +46,13 @@ from clients import (  # noqa: E402
     Client,
     ClientRun,
     InstallError,
-    RegistryUnreachable,
+    RegistryUnreachableError,
 )
 from scripted import PLANS, ScriptedModel  # noqa: E402
 from task import EDIT_NEW, FINAL_ANSWER, MODULE_PATH, STEPS, make_repo, snapshot  # noqa: E402
+
+from cachepilot_bench.provider_rules import ProviderRules  # noqa: E402
+from cachepilot_bench.replay import ReplayProvider, ReplayRecord, ReplayScript  # noqa: E402
 
 __all__ = ["main"]
 
@@ -60,7 +60,11 @@ logger = logging.getLogger("real_clients")
 
 WORKSPACE = HERE.parents[1]
 CACHE = WORKSPACE / ".cache" / "real_clients"
-PROFILES = {"anthropic": "anthropic", "chat": "openai-gpt-5.4-mini", "responses": "openai-gpt-5.4-mini"}
+PROFILES = {
+    "anthropic": "anthropic",
+    "chat": "openai-gpt-5.4-mini",
+    "responses": "openai-gpt-5.4-mini",
+}
 VERSIONS = {
     "claude-code": f"@anthropic-ai/claude-code {CLAUDE_CODE}",
     "codex": f"@openai/codex {CODEX}",
@@ -238,11 +242,17 @@ def executed_tools(api: str, body: Mapping[str, Any], repo: str) -> list[tuple[s
         for message in body.get("messages") or []:
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {}
-                add(call.get("id"), function.get("name"), json.loads(function.get("arguments") or "{}"))
+                add(
+                    call.get("id"),
+                    function.get("name"),
+                    json.loads(function.get("arguments") or "{}"),
+                )
     else:
         for item in body.get("input") or []:
             if isinstance(item, Mapping) and item.get("type") == "function_call":
-                add(item.get("call_id"), item.get("name"), json.loads(item.get("arguments") or "{}"))
+                add(
+                    item.get("call_id"), item.get("name"), json.loads(item.get("arguments") or "{}")
+                )
     return found
 
 
@@ -302,7 +312,10 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
         if outcome.run.returncode != 0:
             fail(f"{tag}: exit status {outcome.run.returncode}: {outcome.run.log[-800:]}")
         if outcome.refusals:
-            fail(f"{tag}: the upstream refused {len(outcome.refusals)} request(s): {outcome.refusals[0]}")
+            fail(
+                f"{tag}: the upstream refused {len(outcome.refusals)} request(s): "
+                f"{outcome.refusals[0]}"
+            )
         if outcome.run.answer.strip() != FINAL_ANSWER:
             fail(f"{tag}: final answer {outcome.run.answer[:200]!r}")
         if not outcome.edited:
@@ -312,8 +325,11 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
     if straight.executed != proxied.executed:
         fail(f"different tools executed: {straight.executed} vs {proxied.executed}")
     if straight.files != proxied.files:
-        changed = sorted(k for k in straight.files.keys() | proxied.files.keys()
-                         if straight.files.get(k) != proxied.files.get(k))
+        changed = sorted(
+            k
+            for k in straight.files.keys() | proxied.files.keys()
+            if straight.files.get(k) != proxied.files.get(k)
+        )
         fail(f"different files at the end: {changed}")
     allowed = len(straight.breaks) + proxied.maintenance
     if len(proxied.breaks) > allowed:
@@ -363,7 +379,9 @@ def table(verdicts: list[Verdict]) -> str:
 
 def write_docs(path: Path, verdicts: list[Verdict], command: str) -> None:
     """Regenerate the results section of docs/real-clients.md."""
-    versions = ", ".join(VERSIONS.get(v.client.name, "") for v in verdicts if v.client.name in VERSIONS)
+    versions = ", ".join(
+        VERSIONS.get(v.client.name, "") for v in verdicts if v.client.name in VERSIONS
+    )
     marker = "<!-- results -->"
     text = path.read_text(encoding="utf-8") if path.is_file() else f"{marker}\n"
     head = text.split(marker, 1)[0]
@@ -379,8 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the suite; see the module docstring for the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--clients", default=",".join(CLIENTS), help="comma-separated client names")
-    parser.add_argument("--skip-unreachable", action="store_true",
-                        help="exit 0 with a message when a registry cannot be reached")
+    parser.add_argument(
+        "--skip-unreachable",
+        action="store_true",
+        help="exit 0 with a message when a registry cannot be reached",
+    )
     parser.add_argument("--docs", type=Path, help="write the results table into this Markdown page")
     parser.add_argument("--work", type=Path, default=CACHE / "runs", help="scratch folder")
     args = parser.parse_args(argv)
@@ -397,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             straight = run_once(client, "straight", args.work)
             proxied = run_once(client, "proxied", args.work)
-        except RegistryUnreachable as exc:
+        except RegistryUnreachableError as exc:
             skipped.append(f"{name}: skipped, {exc}")
             print(skipped[-1], flush=True)
             continue
@@ -416,9 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     if verdicts:
         print(table(verdicts))
     if args.docs and verdicts:
-        command = "uv run python benchmarks/real_clients/run.py" + (
-            f" --clients {args.clients}" if args.clients != ",".join(CLIENTS) else ""
-        ) + f" --docs {args.docs}"
+        command = (
+            "uv run python benchmarks/real_clients/run.py"
+            + (f" --clients {args.clients}" if args.clients != ",".join(CLIENTS) else "")
+            + f" --docs {args.docs}"
+        )
         write_docs(args.docs, verdicts, command)
     if any(not v.passed for v in verdicts):
         return 1

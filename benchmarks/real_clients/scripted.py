@@ -18,10 +18,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from task import EDIT_NEW, EDIT_OLD, FINAL_ANSWER, LOG_PATH, MODULE_PATH, STEPS
+
 from cachepilot.messages import Message, ReasoningPart, ToolCall
 from cachepilot.sim.render import Request
 from cachepilot.wire import Api
-from task import EDIT_NEW, EDIT_OLD, FINAL_ANSWER, LOG_PATH, MODULE_PATH, STEPS
 
 __all__ = ["PLANS", "Plan", "ScriptedModel"]
 
@@ -100,7 +101,9 @@ def _python_loop(step: str, _root: str) -> tuple[str, dict[str, Any]]:
 
 
 def _submit(_root: str) -> tuple[str, dict[str, Any]]:
-    return "bash", {"command": f"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo '{FINAL_ANSWER}'"}
+    return "bash", {
+        "command": f"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo '{FINAL_ANSWER}'"
+    }
 
 
 PLANS: dict[str, Plan] = {
