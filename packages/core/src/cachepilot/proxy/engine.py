@@ -29,7 +29,7 @@ from cachepilot.pilot import CachePilot, Config
 from cachepilot.proxy.config import ProxyConfig
 from cachepilot.proxy.memory import ThreadMemory, Threads
 from cachepilot.proxy.pipeline import Pipeline, Prepared
-from cachepilot.proxy.recall import answer, recall_calls, strip_recall, without_recall
+from cachepilot.proxy.recall import answer, recall_calls, strip_recall
 from cachepilot.proxy.relay import Relay, add_usage, sse_bytes
 from cachepilot.proxy.threads import identify
 from cachepilot.recall import RECALL_TOOL_NAME
@@ -43,7 +43,9 @@ from cachepilot.wire import (
     dumps,
     parse_response,
     read_view,
+    reply_elements,
     responses_input,
+    wire_messages,
 )
 from cachepilot.wire._common import simplify
 
@@ -343,6 +345,7 @@ class ProxyEngine:
         memory: ThreadMemory,
     ) -> Answer:
         history: list[Message] = []
+        sent: list[dict[str, Any]] = []  # the replies and answers since, as the upstream saw them
         usages: list[Mapping[str, Any]] = []
         body: Mapping[str, Any] = prepared.body
         rounds = 0
@@ -375,14 +378,26 @@ class ProxyEngine:
                 break
             answers = await self._answer(prepared.thread, calls)
             history.extend([reply, *answers])
-            body = self._follow_up(prepared, memory, history, info.response_id, answers)
+            sent.extend([*reply_elements(api, payload), *wire_messages(api, answers)])
+            body = self._follow_up(
+                prepared,
+                memory,
+                sent=sent,
+                history=history,
+                response_id=info.response_id,
+                answers=answers,
+            )
             rounds += 1
         if calls:
             answers = await self._answer(prepared.thread, calls)
+            sent.extend([*reply_elements(api, payload), *wire_messages(api, answers)])
             payload = strip_recall(api, payload)
-            self._splice(prepared, memory, without_recall(reply), [*history, reply, *answers])
-        elif history:
-            self._splice(prepared, memory, reply, [*history, reply])
+        else:
+            sent.extend(reply_elements(api, payload))
+        if calls or history:
+            # The client resends what it was shown: this very body's reply.
+            shown = _one(parse_response(payload, api).output)
+            self._splice(prepared, memory, shown, sent)
         if len(usages) > 1:
             total: dict[str, Any] = {}
             for block in usages:
@@ -400,29 +415,33 @@ class ProxyEngine:
         self,
         prepared: Prepared,
         memory: ThreadMemory,
+        *,
+        sent: Sequence[Mapping[str, Any]],
         history: Sequence[Message],
         response_id: str | None,
         answers: Sequence[Message],
     ) -> dict[str, Any]:
-        """The body that asks the upstream again with the recall answers."""
+        """The body that asks the upstream again with the recall answers (`sent`: the replies
+        and answers since the client's request, raw; `history`: the same, neutral)."""
         if prepared.view.stateful and response_id:
             body = dict(prepared.body)
             body["previous_response_id"] = response_id
             body.pop("conversation", None)
             body["input"] = responses_input(answers)
             return body
-        return self.pipeline.write(prepared, memory, [*prepared.messages, *history])
+        return self.pipeline.follow_up(prepared, memory, sent, history)
 
     def _splice(
         self,
         prepared: Prepared,
         memory: ThreadMemory,
         shown: Message,
-        upstream: Sequence[Message],
+        upstream: Sequence[Mapping[str, Any]],
     ) -> None:
+        """Remember what the upstream saw where the client was shown `shown`."""
         if prepared.view.stateful:
             return  # the server holds the conversation, recall exchange included
-        memory.splices.add(shown, upstream)
+        memory.splices.add(shown, prepared.view.api, upstream)
 
     def _record(self, prepared: Prepared, usage: Usage | None, model: Any) -> None:
         """Add one upstream call's usage to the thread's state and metrics."""
@@ -496,7 +515,7 @@ class ProxyEngine:
     ) -> AsyncIterator[bytes]:
         relay = Relay(api, watch=prepared.recall)
         history: list[Message] = []
-        shown: list[ContentPart] = []
+        sent: list[dict[str, Any]] = []  # the replies and answers since, as the upstream saw them
         current: httpx.Response | None = response
         rounds = 0
         try:
@@ -520,35 +539,34 @@ class ProxyEngine:
                 current = None
                 self._record(prepared, relay.reply.usage, None)
                 reply = relay.reply.message()
+                elements = reply_elements(api, relay.reply.payload())
                 if api == "responses" and relay.reply.response_id:
                     self.threads.remember_response(relay.reply.response_id, prepared.thread)
                 if not relay.holding:
                     if api == "responses" and relay.response_id and relay.reply.response_id:
                         self.threads.alias(relay.response_id, relay.reply.response_id)
                     if history:
-                        visible = Message(
-                            role="assistant",
-                            content=simplify([*shown, *reply.parts]),
-                            tool_calls=reply.tool_calls,
-                        )
-                        self._splice(prepared, memory, visible, [*history, reply])
+                        # The client resends the message its whole stream added up to.
+                        self._splice(prepared, memory, relay.client.message(), [*sent, *elements])
                     break
                 calls = recall_calls(reply)
                 answers = await self._answer(prepared.thread, calls)
                 others = [c for c in reply.tool_calls if c.name != RECALL_TOOL_NAME]
+                sent.extend([*elements, *wire_messages(api, answers)])
                 if others or rounds >= self.config.max_recall_rounds:
                     for out in relay.flush_without_recall():
                         yield out
-                    visible = Message(
-                        role="assistant",
-                        content=simplify([*shown, *reply.parts]),
-                        tool_calls=tuple(others),
-                    )
-                    self._splice(prepared, memory, visible, [*history, reply, *answers])
+                    self._splice(prepared, memory, relay.client.message(), sent)
                     break
                 history.extend([reply, *answers])
-                shown.extend(relay.shown_parts())
-                body = self._follow_up(prepared, memory, history, relay.reply.response_id, answers)
+                body = self._follow_up(
+                    prepared,
+                    memory,
+                    sent=sent,
+                    history=history,
+                    response_id=relay.reply.response_id,
+                    answers=answers,
+                )
                 try:
                     current = await self._send(target, headers, dumps(body).encode())
                 except httpx.HTTPError as exc:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cachepilot.breakpoints import plan_breakpoints
@@ -34,9 +34,11 @@ from cachepilot.tokens import get_counter
 from cachepilot.wire import (
     BodyView,
     Source,
+    WireError,
     cache_marks,
     mark_breakpoints,
     read_view,
+    resplice,
     write_view,
 )
 from cachepilot.wire.anthropic import MAX_CACHE_MARKS, cache_mark_count
@@ -103,8 +105,9 @@ class Pipeline:
                 if "cache_control" in tool:
                     marks[tool_name(tool)] = tool.pop("cache_control")
         tools = [*client_tools, recall_tool(view.api)] if offer else client_tools
-        spliced, sources = memory.splices.expand(view.messages, view.sources)
-        inputs = memory.intern(spliced)
+        view = memory.splices.expand(view)
+        sources: list[Source | None] = list(view.sources)
+        inputs = memory.intern(view.messages)
         reduced = self.pilot.reduce_results(inputs, thread, recall=offer)
         if view.stateful:
             system, messages, out_tools = view.system, reduced, tools
@@ -126,6 +129,39 @@ class Pipeline:
         )
         prepared.body = self.write(prepared, memory, prepared.messages)
         return prepared
+
+    def follow_up(
+        self,
+        prepared: Prepared,
+        memory: ThreadMemory,
+        elements: Sequence[Mapping[str, Any]],
+        history: Sequence[Message],
+    ) -> dict[str, Any]:
+        """The body that asks the upstream again after a recall: the request as sent with
+        `elements` (the replies and answers since, raw; `history` in neutral form) appended.
+        They reach the upstream byte for byte, as the splice puts them back on the thread's
+        later requests."""
+        view = prepared.view
+        count = len(view.messages)
+        try:
+            extended: BodyView | None = resplice(view, {}, elements)
+        except WireError:
+            extended = None
+        if extended is None or extended.sources[:count] != view.sources:
+            # Appending changed how the client's own messages read (a request that ends
+            # with an assistant turn): the exchange is written from neutral form.
+            logger.info("thread %s: recall exchange written from neutral form", prepared.thread)
+            return self.write(prepared, memory, [*prepared.messages, *history])
+        new = extended.messages[count:]
+        more = replace(
+            prepared,
+            view=extended,
+            inputs=[*prepared.inputs, *new],
+            sources=[*prepared.sources, *extended.sources[count:]],
+        )
+        body = self.write(more, memory, [*prepared.messages, *new])
+        prepared.added_marks, prepared.unmarked = more.added_marks, more.unmarked
+        return body
 
     def write(
         self, prepared: Prepared, memory: ThreadMemory, messages: Sequence[Message]

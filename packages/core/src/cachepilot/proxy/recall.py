@@ -22,7 +22,7 @@ from typing import Any
 from cachepilot.messages import Message, ToolCall
 from cachepilot.pilot import CachePilot
 from cachepilot.recall import DEFAULT_MAX_CHARS, RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA
-from cachepilot.wire import Api, Source, anthropic_tool
+from cachepilot.wire import Api, BodyView, WireError, anthropic_tool, resplice, wire_messages
 
 __all__ = [
     "Splices",
@@ -153,11 +153,27 @@ def message_key(message: Message) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Splice:
-    messages: tuple[Message, ...]
+    """What the upstream saw: raw request elements of `api` (a state stored by an earlier
+    version holds neutral `messages` instead, written in the reading request's API)."""
+
+    api: Api | None
+    elements: tuple[dict[str, Any], ...] = ()
+    messages: tuple[Message, ...] = ()
+
+    def elements_for(self, api: Api) -> list[dict[str, Any]] | None:
+        if self.api is None:
+            return wire_messages(api, self.messages)
+        return list(self.elements) if self.api == api else None
 
 
 class Splices:
-    """One thread's splices: shown assistant message → what the upstream saw in its place."""
+    """One thread's splices: shown assistant message → what the upstream saw in its place.
+
+    What the upstream saw is kept as the raw request elements the proxy sent it (Chat
+    messages, Responses input items with their ids and encrypted reasoning, Messages entries
+    with thinking signatures), so the client's resent turn is replaced by exactly those
+    bytes on every later request.
+    """
 
     def __init__(self) -> None:
         self._items: OrderedDict[str, _Splice] = OrderedDict()
@@ -165,37 +181,45 @@ class Splices:
     def __len__(self) -> int:
         return len(self._items)
 
-    def add(self, shown: Message, upstream: Sequence[Message]) -> None:
-        """Remember that the upstream saw `upstream` where the client was shown `shown`."""
-        self._items[message_key(shown)] = _Splice(tuple(upstream))
-        self._items.move_to_end(message_key(shown))
+    def add(self, shown: Message, api: Api, upstream: Sequence[Mapping[str, Any]]) -> None:
+        """Remember that the upstream saw the elements `upstream` where the client was shown
+        `shown` (the message the client will send back)."""
+        key = message_key(shown)
+        self._items[key] = _Splice(api, tuple(dict(e) for e in upstream))
+        self._items.move_to_end(key)
         while len(self._items) > _MAX_SPLICES:
             self._items.popitem(last=False)
 
-    def expand(
-        self, messages: Sequence[Message], sources: Sequence[Source | None]
-    ) -> tuple[list[Message], list[Source | None]]:
-        """The client's transcript with every spliced message put back (no origin for those)."""
+    def expand(self, view: BodyView) -> BodyView:
+        """`view` with every resent turn the thread has a splice for replaced by what the
+        upstream saw (the same view when there is none)."""
         if not self._items:
-            return list(messages), list(sources)
-        out: list[Message] = []
-        where: list[Source | None] = []
-        for message, source in zip(messages, sources, strict=True):
-            found = self._items.get(message_key(message)) if message.role == "assistant" else None
-            if found is None:
-                out.append(message)
-                where.append(source)
+            return view
+        replace: dict[int, list[dict[str, Any]]] = {}
+        for index, message in enumerate(view.messages):
+            if message.role != "assistant":
                 continue
-            out.extend(found.messages)
-            where.extend([None] * len(found.messages))
-        return out, where
+            found = self._items.get(message_key(message))
+            elements = found.elements_for(view.api) if found is not None else None
+            if elements:
+                replace[index] = elements
+        if not replace:
+            return view
+        try:
+            return resplice(view, replace)
+        except WireError:
+            logger.warning("a stored recall exchange does not fit the request; sending it as is")
+            return view
 
     def to_json(self) -> list[dict[str, Any]]:
         """JSON-ready form (kept with the thread's state)."""
-        return [
-            {"key": key, "messages": [m.to_dict() for m in splice.messages]}
-            for key, splice in self._items.items()
-        ]
+        out: list[dict[str, Any]] = []
+        for key, splice in self._items.items():
+            if splice.api is None:
+                out.append({"key": key, "messages": [m.to_dict() for m in splice.messages]})
+            else:
+                out.append({"key": key, "api": splice.api, "elements": list(splice.elements)})
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> Splices:
@@ -204,9 +228,16 @@ class Splices:
         for entry in data if isinstance(data, list) else ():
             try:
                 key = str(entry["key"])
-                messages = tuple(Message.from_dict(m) for m in entry["messages"])
+                if "elements" in entry:
+                    api = entry["api"]
+                    if api not in ("chat", "responses", "anthropic"):
+                        raise ValueError(api)
+                    elements = tuple(dict(e) for e in entry["elements"])
+                    out._items[key] = _Splice(api, elements)
+                else:
+                    messages = tuple(Message.from_dict(m) for m in entry["messages"])
+                    out._items[key] = _Splice(None, messages=messages)
             except (KeyError, TypeError, ValueError):
                 logger.info("dropping an unreadable splice from a stored thread state")
                 continue
-            out._items[key] = _Splice(messages)
         return out

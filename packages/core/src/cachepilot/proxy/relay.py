@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cachepilot.messages import ContentPart, Message
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.wire import Api, SSEEvent, StreamReply, dumps
 
@@ -116,6 +115,7 @@ class Relay:
         response_id: str | None = None,
         prior_usage: Mapping[str, Any] | None = None,
         prior_items: list[Any] | None = None,
+        client: StreamReply | None = None,
     ) -> None:
         self.api = api
         self.watch = watch
@@ -127,10 +127,10 @@ class Relay:
         self.prior_usage = dict(prior_usage or {})
         self.prior_items = list(prior_items or [])
         self.reply = StreamReply(api)
+        self.client = client if client is not None else StreamReply(api)
+        """The reply the client's stream adds up to, every round so far (what it resends)."""
         self.held: list[tuple[str | None, dict[str, Any] | None, SSEEvent]] = []
         self.holding = False
-        self.shown: Message = Message(role="assistant")
-        """What the client was shown of this round's reply when holding began."""
         self.shown_items: list[Any] = []
         self.shown_blocks = index_offset
         self.last_sequence = -1
@@ -143,7 +143,6 @@ class Relay:
         if data is not None:
             if self.watch and not self.holding and _starts_recall(self.api, data):
                 self.holding = True
-                self.shown = self.reply.message()
             self.reply.add(data)
         if event.done and not self.holding:
             return event.raw
@@ -164,6 +163,7 @@ class Relay:
     def _note_shown(self, data: Mapping[str, Any] | None) -> None:
         if data is None:
             return
+        self.client.add(data)
         kind = data.get("type")
         if self.api == "responses":
             number = data.get("sequence_number")
@@ -223,6 +223,7 @@ class Relay:
                 continue
             fixed = self._drop_recall(data, dropped)
             if fixed is not None:
+                self.client.add(fixed)
                 out.append(sse_bytes(name, fixed))
         return out
 
@@ -307,8 +308,5 @@ class Relay:
             response_id=self.response_id if not self.first else self.reply.response_id,
             prior_usage=add_usage(self.prior_usage, self.reply.usage_block),
             prior_items=items,
+            client=self.client,
         )
-
-    def shown_parts(self) -> tuple[ContentPart, ...]:
-        """The parts of this round's reply the client was shown before holding began."""
-        return self.shown.parts

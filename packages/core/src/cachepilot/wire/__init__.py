@@ -55,7 +55,10 @@ from cachepilot.wire.rewrite import (
     cache_marks,
     mark_breakpoints,
     read_view,
+    reply_elements,
+    resplice,
     split_like,
+    wire_messages,
     write_view,
 )
 from cachepilot.wire.sse import STREAM_PIECE_CHARS, dumps, error_body, sse, sse_events
@@ -97,8 +100,10 @@ __all__ = [
     "read_chat",
     "read_responses",
     "read_view",
+    "reply_elements",
     "request_from_chat",
     "request_from_responses",
+    "resplice",
     "responses_events",
     "responses_input",
     "responses_items",
@@ -108,5 +113,6 @@ __all__ = [
     "sse",
     "sse_events",
     "thread_keys",
+    "wire_messages",
     "write_view",
 ]

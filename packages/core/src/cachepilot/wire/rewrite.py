@@ -22,6 +22,7 @@ from cachepilot.plan import FOLD_ID_PREFIX
 from cachepilot.wire._common import Api, Reader, WireError, text_of
 from cachepilot.wire.anthropic import anthropic_blocks, read_anthropic
 from cachepilot.wire.chat import chat_message, chat_messages
+from cachepilot.wire.response import parse_response
 from cachepilot.wire.responses import responses_input, responses_items
 
 __all__ = [
@@ -31,7 +32,10 @@ __all__ = [
     "cache_marks",
     "mark_breakpoints",
     "read_view",
+    "reply_elements",
+    "resplice",
     "split_like",
+    "wire_messages",
     "write_view",
 ]
 
@@ -669,3 +673,88 @@ def cache_marks(view: BodyView) -> list[tuple[int, Any]]:
     if top and view.messages:
         found.append((len(view.messages) - 1, top))
     return found
+
+
+# --------------------------------------------------------------------------- elements
+
+
+def wire_messages(api: Api, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Neutral messages as request elements of `api`: Chat messages, Responses `input` items,
+    Messages entries (consecutive user-side messages, tool results among them, in one)."""
+    if api == "chat":
+        return chat_messages(None, messages)
+    if api == "responses":
+        return responses_input(messages)
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        made = _anthropic_new(message)
+        if out and made["role"] == "user" and out[-1]["role"] == "user":
+            out[-1] = {**out[-1], "content": _as_blocks(out[-1]["content"]) + _as_blocks(
+                made["content"])}  # fmt: skip
+            continue
+        out.append(made)
+    return out
+
+
+def reply_elements(api: Api, payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The request elements that carry a reply body back to the API as it was produced:
+    Responses output items and Messages content blocks exactly as received (item ids,
+    encrypted reasoning and thinking signatures kept); a Chat reply as its assistant message
+    (Chat has no ids besides the tool calls')."""
+    if api == "responses":
+        output = payload.get("output")
+        return [dict(item) for item in output or () if isinstance(item, Mapping)]
+    if api == "anthropic":
+        content = payload.get("content")
+        blocks = [dict(b) for b in content or () if isinstance(b, Mapping)]
+        return [{"role": "assistant", "content": blocks}]
+    output = parse_response(payload, api).output
+    return wire_messages(api, output[:1])
+
+
+def resplice(
+    view: BodyView,
+    replace: Mapping[int, Sequence[Mapping[str, Any]]],
+    append: Sequence[Mapping[str, Any]] = (),
+) -> BodyView:
+    """`view`'s body with the raw elements of some messages replaced and elements appended,
+    read again (the new elements get origins, so `write_view` copies them byte for byte).
+
+    Args:
+        view: the body as read.
+        replace: message index → the raw elements (Chat messages, Responses items, Messages
+            entries) that stand in the body where that message's elements are. A Messages
+            replacement that ends with a user entry joins the user entry after it (tool
+            results of one turn share one user message).
+        append: raw elements added after the last message.
+
+    Raises:
+        WireError: when the new body does not read (the caller keeps `view`).
+    """
+    key = "input" if view.api == "responses" else "messages"
+    found = view.body.get(key)
+    raw: list[Any] = list(found) if isinstance(found, list) else []
+    if isinstance(found, str):
+        raw = [{"type": "message", "role": "user", "content": found}]
+    out: list[Any] = []
+    position = 0
+    for index in sorted(replace):
+        source = view.sources[index]
+        out.extend(raw[position : source.index])
+        elements = [dict(e) for e in replace[index]]
+        position = source.end
+        after = raw[position] if position < len(raw) else None
+        if (
+            view.api == "anthropic"
+            and elements
+            and elements[-1].get("role") == "user"
+            and isinstance(after, Mapping)
+            and after.get("role") == "user"
+        ):
+            joined = _as_blocks(elements[-1].get("content")) + _as_blocks(after.get("content"))
+            elements[-1] = {**after, "content": joined}
+            position += 1
+        out.extend(elements)
+    out.extend(raw[position:])
+    out.extend(dict(e) for e in append)
+    return read_view({**view.body, key: out}, view.api)

@@ -251,6 +251,28 @@ class StreamReply:
             return dict(found) if isinstance(found, Mapping) else {}
         return dict(self._usage)
 
+    def payload(self) -> dict[str, Any]:
+        """The reply body the stream adds up to, in the non-streamed shape the wire readers
+        take (`cachepilot.wire.reply_elements`): Responses, the final response object;
+        Messages, the content blocks as streamed (start block, deltas joined: thinking
+        signatures and every field kept); Chat, one choice with the assembled message."""
+        if self.api == "responses":
+            return dict(self.final or {})
+        if self.api == "anthropic":
+            blocks = [_whole_block(b) for _, b in sorted(self._blocks.items())]
+            return {"id": self.response_id, "type": "message", "role": "assistant",
+                    "content": blocks}  # fmt: skip
+        message = self.message()
+        calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+        entry: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+        if calls:
+            entry["tool_calls"] = calls
+        return {"id": self.response_id, "object": "chat.completion",
+                "choices": [{"index": 0, "message": entry}]}  # fmt: skip
+
     def message(self) -> Message:
         """The assistant message the stream carried so far."""
         if self.api == "responses":
@@ -289,3 +311,22 @@ class StreamReply:
         return Message(
             role="assistant", content=join_content(blocks), tool_calls=tuple(anthropic_calls)
         )
+
+
+def _whole_block(block: _Block) -> dict[str, Any]:
+    """A streamed Messages content block as the non-streamed reply would carry it."""
+    out = dict(block.data)
+    if block.kind == "text":
+        out["text"] = "".join(block.text)
+    elif block.kind == "thinking":
+        out["thinking"] = "".join(block.text)
+        if block.signature is not None:
+            out["signature"] = block.signature
+    elif block.kind == "tool_use" and block.call is not None:
+        arguments = "".join(block.call.arguments)
+        try:
+            value = json.loads(arguments) if arguments else {}
+        except ValueError:
+            value = {}
+        out["input"] = value if isinstance(value, dict) else {}
+    return out
