@@ -47,7 +47,7 @@ def turns() -> list[list[dict[str, Any]]]:
         {
             "role": "user",
             "content": [{"type": "tool_result", "tool_use_id": CALL.id, "content": BIG}],
-        },  # fmt: skip
+        },
     ]
     third = [
         *second,
