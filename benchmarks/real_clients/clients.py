@@ -323,9 +323,17 @@ CLIENTS: dict[str, Client] = {
     c.name: c
     for c in (
         Client("claude-code", "anthropic", "claude-code", "npm", run_claude_code),
+        Client("claude-code-parallel", "anthropic", "claude-code-parallel", "npm", run_claude_code),
         Client("codex", "responses", "codex", "npm", run_codex),
+        Client("codex-parallel", "responses", "codex-parallel", "npm", run_codex),
         Client("mini-swe-agent", "chat", "mini-swe-agent", "pypi", run_mini_swe_agent),
-        Client("openai-chat", "chat", "python", "project", _in_process(agent_loop.run_chat, "/v1")),
+        Client(
+            "openai-chat",
+            "chat",
+            "python-parallel",
+            "project",
+            _in_process(agent_loop.run_chat, "/v1"),
+        ),
         Client(
             "openai-responses",
             "responses",
@@ -336,7 +344,7 @@ CLIENTS: dict[str, Client] = {
         Client(
             "anthropic-python",
             "anthropic",
-            "python",
+            "python-parallel",
             "project",
             _in_process(agent_loop.run_anthropic, ""),
         ),

@@ -5,7 +5,8 @@ the call id it issued, which every client and the proxy keep) and asks for the n
 client that rewrites, reorders or resends its history, and a proxy that reduces tool outputs,
 still get the same next step. When the request offers a `recall` tool (the proxy adds one) and
 the build log arrived reduced, it first says a sentence and then calls `recall` on the log's
-reference, once: the reply shape (text before a recall call) that a proxy must splice back.
+reference, once (with some plans next to the next step's call, which the client runs): the
+reply shapes (text before a recall call, a client call next to it) a proxy must splice back.
 Requests without the client's tools (Claude Code's warm-up calls) get a short text reply.
 """
 
@@ -50,6 +51,9 @@ class Plan:
     """A tool call that ends the run instead of a text answer (mini-swe-agent submits)."""
     reasoning: bool = False
     """Put a reasoning item (with encrypted content) before each reply (Responses)."""
+    recall_next: bool = False
+    """Call `recall` in one reply with the next step's call (a client call next to recall)
+    instead of alone."""
 
 
 _COMMANDS = {
@@ -108,9 +112,18 @@ def _submit(_root: str) -> tuple[str, dict[str, Any]]:
 
 PLANS: dict[str, Plan] = {
     "claude-code": Plan("toolu", frozenset({"Bash", "Read", "Edit", "Grep"}), _claude_code),
+    "claude-code-parallel": Plan(
+        "toolu", frozenset({"Bash", "Read", "Edit", "Grep"}), _claude_code, recall_next=True
+    ),
     "codex": Plan("call", frozenset({"exec_command"}), _codex, reasoning=True),
+    "codex-parallel": Plan(
+        "call", frozenset({"exec_command"}), _codex, reasoning=True, recall_next=True
+    ),
     "mini-swe-agent": Plan("call", frozenset({"bash"}), _bash, final=_submit),
     "python": Plan("call", frozenset({"list_files", "read_file", "edit_file"}), _python_loop),
+    "python-parallel": Plan(
+        "call", frozenset({"list_files", "read_file", "edit_file"}), _python_loop, recall_next=True
+    ),
 }
 
 
@@ -159,14 +172,20 @@ class ScriptedModel:
                 recalled = True
         log_id = f"{self.plan.id_prefix}_cp_s{STEPS.index('log')}"
         ref = _REF.search(results.get(log_id, ""))
-        if RECALL_TOOL in tools and ref and not recalled:
-            call = ToolCall(
-                f"{self.plan.id_prefix}_cp_recall",
-                RECALL_TOOL,
-                json.dumps({"ref": ref.group(1), "grep": "ERROR"}),
-            )
-            return self._reply("recall", Message("assistant", RECALL_PREAMBLE, (call,)), api)
         step = next((k for k in range(len(STEPS)) if k not in done), None)
+        if RECALL_TOOL in tools and ref and not recalled:
+            calls = [
+                ToolCall(
+                    f"{self.plan.id_prefix}_cp_recall",
+                    RECALL_TOOL,
+                    json.dumps({"ref": ref.group(1), "grep": "ERROR"}),
+                )
+            ]
+            if self.plan.recall_next and step is not None:
+                name, args = self.plan.step(STEPS[step], self.root)
+                calls.append(ToolCall(f"{self.plan.id_prefix}_cp_s{step}", name, json.dumps(args)))
+            reply = Message("assistant", RECALL_PREAMBLE, tuple(calls))
+            return self._reply("recall", reply, api)
         if step is None:
             final = self.plan.final(self.root)
             if final is None:
