@@ -7,7 +7,8 @@ still get the same next step. When the request offers a `recall` tool (the proxy
 the build log arrived reduced, it first says a sentence and then calls `recall` on the log's
 reference, once (with some plans next to the next step's call, which the client runs): the
 reply shapes (text before a recall call, a client call next to it) a proxy must splice back.
-Requests without the client's tools (Claude Code's warm-up calls) get a short text reply.
+Requests without the client's tools are the client's side calls (Claude Code's warm-ups, its
+Bash prefix check and its file-path extraction): they get the short answer each one asks for.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = ["PLANS", "Plan", "ScriptedModel"]
 _STEP_ID = re.compile(r"_cp_s(\d+)$")
 _RECALL_ID = re.compile(r"_cp_recall$")
 _REF = re.compile(r'recall\(ref="([0-9a-f]{12})"')
+_COMMAND = re.compile(r"^Command: (.+)$", re.MULTILINE)
 RECALL_TOOL = "recall"
 RECALL_PREAMBLE = "The log came back shortened; let me read its error lines in full first."
 
@@ -140,6 +142,19 @@ def _tool_names(api: Api, body: Mapping[str, Any]) -> set[str]:
     return names
 
 
+def _side_answer(request: Request) -> str:
+    """What a client's side call asks for: a command's prefix, the paths a command touched."""
+    system = request.system or ""
+    last = request.messages[-1].text if request.messages else ""
+    commands = _COMMAND.findall(last)
+    if "prefix detection" in last and commands:
+        return commands[-1].split()[0]
+    if "Extract any file paths" in system and commands:
+        paths = [w for w in commands[-1].split()[1:] if "." in w or "/" in w]
+        return "<filepaths>\n" + "\n".join(paths) + "\n</filepaths>"
+    return "OK."
+
+
 @dataclass(slots=True)
 class ScriptedModel:
     """A `Responder` for `ReplayProvider` playing the task for one client."""
@@ -157,7 +172,7 @@ class ScriptedModel:
         """The reply to one model request."""
         tools = _tool_names(api, body)
         if not self.plan.tools <= tools:
-            return self._reply("warmup", Message("assistant", "OK."), api)
+            return self._reply("warmup", Message("assistant", _side_answer(request)), api)
         done: set[int] = set()
         recalled = False
         results: dict[str, str] = {}
