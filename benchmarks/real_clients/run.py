@@ -89,6 +89,9 @@ class Outcome:
     maintenance: int = 0
     """Maintenance points the proxy reported (its /metrics epochs)."""
     recalls: int = 0
+    """Recall calls the scripted model made."""
+    proxy_recalls: int = 0
+    """Recalls the proxy answered itself (its /metrics)."""
     proxy_log: str = ""
 
     @property
@@ -285,7 +288,8 @@ def run_once(client: Client, mode: str, work: Path) -> Outcome:
     if thread:
         first = json.dumps(thread[0].body, indent=1)
         (requests / f"{client.name}-{mode}-first.json").write_text(first)
-    maintenance = sum(len(t.get("epochs") or []) for t in (metrics.get("threads") or {}).values())
+    threads = (metrics.get("threads") or {}).values()
+    maintenance = sum(len(t.get("epochs") or []) for t in threads)
     module = repo / MODULE_PATH
     return Outcome(
         client=client.name,
@@ -299,6 +303,7 @@ def run_once(client: Client, mode: str, work: Path) -> Outcome:
         breaks=prefix_breaks(client.api, thread),
         maintenance=maintenance,
         recalls=model.recalls,
+        proxy_recalls=sum(int(t.get("recalls") or 0) for t in threads),
         proxy_log=proxy_log,
     )
 
@@ -331,6 +336,11 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
             if straight.files.get(k) != proxied.files.get(k)
         )
         fail(f"different files at the end: {changed}")
+    if proxied.proxy_recalls != proxied.recalls:
+        fail(
+            f"the model called recall {proxied.recalls} time(s), the proxy answered "
+            f"{proxied.proxy_recalls} (the client must never see a recall call)"
+        )
     allowed = len(straight.breaks) + proxied.maintenance
     if len(proxied.breaks) > allowed:
         fail(

@@ -167,9 +167,7 @@ def test_responses_call_ids_and_reasoning_items() -> None:
     with pytest.raises(WireError, match="Item with id 'rs_9' not found"):
         rules.check("responses", {"input": [{**reasoning, "id": "rs_9"}, call, output]})
     with pytest.raises(WireError, match="could not be verified"):
-        rules.check(
-            "responses", {"input": [{**reasoning, "encrypted_content": "x"}, call, output]}
-        )
+        rules.check("responses", {"input": [{**reasoning, "encrypted_content": "x"}, call, output]})
 
 
 def _echo(_api: str, _body: object, _request: object) -> Message:

@@ -75,8 +75,8 @@ __all__ = [
     "ReplayProvider",
     "ReplayRecord",
     "ReplayScript",
-    "Responder",
     "ReplayTurn",
+    "Responder",
 ]
 
 logger = logging.getLogger(__name__)

@@ -189,6 +189,9 @@ class ProxyEngine:
         self.families = Families(self.threads)
         self.pipeline = Pipeline(pilot, config)
         self.metrics = Metrics()
+        self._recalls_seen: dict[str, int] = {}
+        """Per thread, the state's recall count at its last recorded call (a stored state
+        brings recalls served before this process started: they are not this process's)."""
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
 
@@ -452,13 +455,17 @@ class ProxyEngine:
         try:
             self.pilot.record_usage(usage, prepared.thread)
             state = self.pilot.state(prepared.thread)
+            # Recalls the proxy served since this thread's last recorded call.
+            seen = self._recalls_seen.get(prepared.thread)
+            served = 0 if seen is None else state.recalls - seen
+            self._recalls_seen[prepared.thread] = state.recalls
             self.metrics.record(
                 call_metrics(
                     usage,
                     thread=prepared.thread,
                     call=max(0, state.calls - 1),
                     provider=self.config.provider,
-                    recalls=0,
+                    recalls=max(0, served),
                     model=str(model) if model else None,
                 )
             )
