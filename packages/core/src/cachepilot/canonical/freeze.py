@@ -106,6 +106,7 @@ class Canonicalizer:
         """Create a canonicalizer (the default `CanonicalConfig` when None)."""
         self.config = config or CanonicalConfig()
         self._tools_memo: tuple[tuple[str, ...], list[dict[str, Any]], str] | None = None
+        self._described_memo: tuple[str, list[dict[str, Any]]] | None = None
         self._rewrites: OrderedDict[int, tuple[Message, Message]] = OrderedDict()
         self._rewrites_lock = threading.Lock()
 
@@ -241,6 +242,12 @@ class Canonicalizer:
             ]
             if any(a is not b for a, b in zip(described, tools_out, strict=True)):
                 fingerprint = tool_fingerprint(described)
+                # Jittering descriptions frozen to the same text: the same objects again.
+                memo = self._described_memo
+                if memo is not None and memo[0] == fingerprint:
+                    described = list(memo[1])
+                else:
+                    self._described_memo = (fingerprint, described)
             tools_out = described
         system_out = (
             assigner.canonicalize(system, group=_SYSTEM)[0] if isinstance(system, str) else system
@@ -352,8 +359,9 @@ def _keep_baselines(
         base = state.baselines.get(group)
         if base is not None and base.digest == text_digest(text):
             continue
-        if len(text) > max_chars:
-            state.baselines.pop(group, None)
+        if not text or len(text) > max_chars:
+            if group in state.baselines:
+                state.baselines = {k: v for k, v in state.baselines.items() if k != group}
             continue
         state.baselines = {**state.baselines, group: Baseline.of(text)}
 
