@@ -211,33 +211,8 @@ def test_the_library_prepare_path_learns_per_thread() -> None:
 # --------------------------------------------------------------------------------------------
 # Properties
 
-_WORDS = st.sampled_from(
-    [
-        "the",
-        "agent",
-        "must",
-        "keep",
-        "every",
-        "build",
-        "green",
-        "and",
-        "read",
-        "logs",
-        "before",
-        "it",
-        "edits",
-        "files",
-        "answer",
-        "briefly",
-        "cite",
-        "paths",
-        "prefer",
-        "small",
-        "patches",
-        "run",
-        "tests",
-    ]
-)
+_VOCABULARY = "the agent must keep every build green and read logs before it edits files answer"
+_WORDS = st.sampled_from(_VOCABULARY.split(" "))
 _SENTENCE = st.lists(_WORDS, min_size=4, max_size=12).map(lambda w: " ".join(w).capitalize() + ".")
 _PARAGRAPHS = st.lists(_SENTENCE, min_size=2, max_size=8)
 _TOKEN = st.text("0123456789abcdefghijklmnopqrstuvwxyz", min_size=5, max_size=11).filter(
