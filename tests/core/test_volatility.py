@@ -261,3 +261,11 @@ def test_an_inserted_paragraph_is_never_frozen(
     call(canon, state, before)
     out = call(canon, state, after)
     assert out[0] == after and not state.learned
+
+
+def test_a_value_beyond_the_learned_shape_widens_the_span() -> None:
+    canon, state = Canonicalizer(), CanonicalState()
+    sids = ["a1b2-0001", "a1b2-0002", "a1b2-0003-extended-build-with-a-much-longer-tail-99"]
+    out = [call(canon, state, PROMPT.format(sid=s)) for s in sids]
+    assert out[2][0] == out[1][0] == PROMPT.format(sid="{{learned_1}}")
+    assert len(state.learned) == 1 and state.learned[0].max_len >= len(sids[2])
