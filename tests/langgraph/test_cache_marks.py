@@ -171,6 +171,34 @@ def test_mark_request_adds_nothing_when_the_caller_used_all_four() -> None:
     assert marked.system is not None and marked.system.content == SYSTEM
 
 
+def test_two_marked_system_blocks_take_two_slots() -> None:
+    """Both system blocks and one message marked: three marks on two planner positions; the
+    planner gets the one slot left and spends it on the best place it has (the last message)."""
+    pilot = CachePilot(Config(provider="anthropic"), store=InMemoryArtifactStore())
+    parts = [{"type": "text", "text": SYSTEM, "cache_control": MARK},
+             {"type": "text", "text": "Be brief.", "cache_control": MARK}]  # fmt: skip
+    texts = [f"part {i} " * 400 for i in range(4)]
+    messages: list[BaseMessage] = [
+        HumanMessage(content=[{"type": "text", "text": texts[0], "cache_control": MARK}]),
+        *(HumanMessage(content=t) for t in texts[1:]),
+    ]
+    view = [Message("user", t) for t in texts]
+    system_text = SYSTEM + "\n\nBe brief."
+    pilot.prepare(system_text, view, (), "t")
+    marked = mark_request(
+        pilot,
+        "t",
+        system_text=system_text,
+        view=view,
+        schemas=(),
+        system=SystemMessage(content=parts),  # type: ignore[arg-type]
+        messages=messages,
+    )
+    assert marked.marks == [3]
+    wire = [*parts, *(b for m in marked.messages for b in m.content if isinstance(b, dict))]
+    assert sum(1 for b in wire if "cache_control" in b) == 4
+
+
 @pytest.mark.parametrize("ours_first", [True, False])
 def test_next_to_langchains_prompt_caching_middleware_four_is_the_limit(
     ours_first: bool, caplog: pytest.LogCaptureFixture

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cachepilot.canonical.config import CanonicalConfig, Placement
 from cachepilot.canonical.detect import _CACHE_ENTRIES
-from cachepilot.canonical.text import _Assigner, render_block
+from cachepilot.canonical.text import LEARNED_KIND, _Assigner, render_block
 from cachepilot.canonical.tools import (
     canonical_json,
     canonicalize_tool,
@@ -106,6 +106,7 @@ class Canonicalizer:
         """Create a canonicalizer (the default `CanonicalConfig` when None)."""
         self.config = config or CanonicalConfig()
         self._tools_memo: tuple[tuple[str, ...], list[dict[str, Any]], str] | None = None
+        self._described_memo: tuple[str, list[dict[str, Any]]] | None = None
         self._rewrites: OrderedDict[int, tuple[Message, Message]] = OrderedDict()
         self._rewrites_lock = threading.Lock()
 
@@ -186,7 +187,7 @@ class Canonicalizer:
     ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
         cfg = self.config
         rendered = self._render(system, messages, tools, state)
-        if cfg.learn_volatile and self._learn(state, rendered.assigner.texts):
+        if cfg.learn_volatile and self._learn(state, rendered.assigner):
             rendered = self._render(system, messages, tools, state)  # with the new spans
         if cfg.learn_volatile:
             _keep_baselines(state, rendered.assigner.texts, cfg.learn_max_chars)
@@ -241,6 +242,12 @@ class Canonicalizer:
             ]
             if any(a is not b for a, b in zip(described, tools_out, strict=True)):
                 fingerprint = tool_fingerprint(described)
+                # Jittering descriptions frozen to the same text: the same objects again.
+                memo = self._described_memo
+                if memo is not None and memo[0] == fingerprint:
+                    described = list(memo[1])
+                else:
+                    self._described_memo = (fingerprint, described)
             tools_out = described
         system_out = (
             assigner.canonicalize(system, group=_SYSTEM)[0] if isinstance(system, str) else system
@@ -255,9 +262,15 @@ class Canonicalizer:
                 n_leading += 1
         return _Rendered(assigner, system_out, out, tools_out, fingerprint, n_leading)
 
-    def _learn(self, state: CanonicalState, texts: Mapping[str, Sequence[str]]) -> bool:
-        """Compare each group's texts with the previous call's; True when spans were learned."""
+    def _learn(self, state: CanonicalState, assigner: _Assigner) -> bool:
+        """Compare each group's texts with the previous call's; True when spans were learned.
+
+        Learned placeholders are compared by value (the previous call's frozen values, this
+        call's current ones): a value the learned shape missed then differs from its old value
+        like any token, and is learned again with the same context (the span widens).
+        """
         cfg = self.config
+        texts = assigner.texts
         new_spans: list[LearnedSpan] = []
         for group in _GROUPS:
             base = state.baselines.get(group)
@@ -267,8 +280,8 @@ class Canonicalizer:
             if text_digest(text) == base.digest:
                 continue
             found = learn(
-                base.text(),
-                text,
+                self._by_value(base.text(), state.values),
+                self._by_value(text, assigner.values),
                 group,
                 max_chars=cfg.learn_max_chars,
                 placeholder=(cfg.placeholder_open, cfg.placeholder_close),
@@ -287,6 +300,13 @@ class Canonicalizer:
             return False
         state.learned = merged
         return True
+
+    def _by_value(self, text: str, values: Mapping[str, str]) -> str:
+        """`text` with its learned placeholders replaced by their values."""
+        for label, value in values.items():
+            if label.startswith(LEARNED_KIND + "_"):
+                text = text.replace(self.config.placeholder(label), value)
+        return text
 
     def _update_state(
         self,
@@ -352,8 +372,9 @@ def _keep_baselines(
         base = state.baselines.get(group)
         if base is not None and base.digest == text_digest(text):
             continue
-        if len(text) > max_chars:
-            state.baselines.pop(group, None)
+        if not text or len(text) > max_chars:
+            if group in state.baselines:
+                state.baselines = {k: v for k, v in state.baselines.items() if k != group}
             continue
         state.baselines = {**state.baselines, group: Baseline.of(text)}
 

@@ -397,7 +397,7 @@ class ProxyEngine:
             answers = await self._answer(prepared.thread, calls)
             sent.extend([*reply_elements(api, payload), *wire_messages(api, answers)])
             payload = strip_recall(api, payload)
-        else:
+        elif history:
             sent.extend(reply_elements(api, payload))
         if calls or history:
             # The client resends what it was shown: this very body's reply.
@@ -548,7 +548,6 @@ class ProxyEngine:
                 current = None
                 self._record(prepared, relay.reply.usage, None)
                 reply = relay.reply.message()
-                elements = reply_elements(api, relay.reply.payload())
                 if api == "responses" and relay.reply.response_id:
                     self.threads.remember_response(relay.reply.response_id, prepared.thread)
                 if not relay.holding:
@@ -556,12 +555,14 @@ class ProxyEngine:
                         self.threads.alias(relay.response_id, relay.reply.response_id)
                     if history:
                         # The client resends the message its whole stream added up to.
-                        self._splice(prepared, memory, relay.client.message(), [*sent, *elements])
+                        sent.extend(reply_elements(api, relay.reply.payload()))
+                        self._splice(prepared, memory, relay.client.message(), sent)
                     break
                 calls = recall_calls(reply)
                 answers = await self._answer(prepared.thread, calls)
                 others = [c for c in reply.tool_calls if c.name != RECALL_TOOL_NAME]
-                sent.extend([*elements, *wire_messages(api, answers)])
+                sent.extend(reply_elements(api, relay.reply.payload()))
+                sent.extend(wire_messages(api, answers))
                 if others or rounds >= self.config.max_recall_rounds:
                     for out in relay.flush_without_recall():
                         yield out

@@ -7,7 +7,10 @@ it is seen, the same text on every later request), `CachePilot.prepare` canonica
 system prompt, orders the tools with `recall` among them and applies the thread's plan, and
 the result is written back into the client's body (every field the proxy does not change is
 kept). For Anthropic Messages, `cache_control` breakpoints are added where they pay (see
-`cachepilot.breakpoints`; the thread's stable anchors come from `CachePilot.stable_anchors`).
+`cachepilot.breakpoints`; the thread's stable anchors come from `CachePilot.stable_anchors`),
+only in the slots the client's own marks leave, counted per marked block as the API counts
+them: the body sent never carries more than four, and the client's marks stay on their
+blocks (docs/proxy.md).
 
 A Responses request that continues a server-held conversation (`previous_response_id`,
 `conversation`) carries only its newest items: their tool results are reduced, and nothing

@@ -4,9 +4,11 @@ and hidden from the client.
 A reply whose only tool calls are recalls is answered by the proxy, which asks the upstream
 again; a reply that mixes recalls with the client's own calls goes to the client without the
 recalls (answered at once, sent to the upstream with the next request). Either way the
-upstream saw more than the client: a *splice* remembers it. When the client resends the
-assistant message it was shown, the splice puts back exactly what the upstream saw (the
-recall calls, their answers, the earlier replies), so the thread's prefix stays byte-stable.
+upstream saw more than the client: a *splice* remembers it, as the raw request elements the
+proxy sent (the upstream's own replies with their ids, encrypted reasoning and signatures,
+and the answers). When the client resends the assistant message it was shown (keyed by what
+its stream added up to), the splice puts back exactly those elements, so the thread's prefix
+stays byte-stable. See docs/proxy.md.
 """
 
 from __future__ import annotations
@@ -184,6 +186,10 @@ class Splices:
     def add(self, shown: Message, api: Api, upstream: Sequence[Mapping[str, Any]]) -> None:
         """Remember that the upstream saw the elements `upstream` where the client was shown
         `shown` (the message the client will send back)."""
+        if not shown.tool_calls and not shown.text.strip():
+            # Nothing would tell this turn from any other empty one: no splice.
+            logger.info("a recall exchange behind an empty reply is not kept")
+            return
         key = message_key(shown)
         self._items[key] = _Splice(api, tuple(dict(e) for e in upstream))
         self._items.move_to_end(key)

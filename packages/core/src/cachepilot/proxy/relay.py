@@ -163,7 +163,8 @@ class Relay:
     def _note_shown(self, data: Mapping[str, Any] | None) -> None:
         if data is None:
             return
-        self.client.add(data)
+        if self.watch:  # only a stream with recall calls is spliced
+            self.client.add(data)
         kind = data.get("type")
         if self.api == "responses":
             number = data.get("sequence_number")
