@@ -259,9 +259,9 @@ def executed_tools(api: str, body: Mapping[str, Any], repo: str) -> list[tuple[s
     return found
 
 
-def run_once(client: Client, mode: str, work: Path) -> Outcome:
+def run_once(client: Client, mode: str, cache: Path) -> Outcome:
     """Run `client` on a fresh copy of the task, straight or through the proxy."""
-    folder = work / client.name / mode
+    folder = cache / "runs" / client.name / mode
     shutil.rmtree(folder, ignore_errors=True)
     repo = make_repo(folder / "repo")
     plan = PLANS[client.plan]
@@ -275,13 +275,13 @@ def run_once(client: Client, mode: str, work: Path) -> Outcome:
         upstream = provider.base_url.removesuffix("/v1")
         if mode == "proxied":
             with running_proxy(upstream, profile, folder) as root:
-                run = client.run(CACHE, root, repo, folder / "home")
+                run = client.run(cache, root, repo, folder / "home")
                 metrics = _metrics(root)
             proxy_log = (folder / "proxy.log").read_text()
         else:
-            run = client.run(CACHE, upstream, repo, folder / "home")
+            run = client.run(cache, upstream, repo, folder / "home")
     records = provider.records
-    requests = CACHE / "requests"
+    requests = cache / "requests"
     requests.mkdir(parents=True, exist_ok=True)
     provider.write_log(requests / f"{client.name}-{mode}.jsonl")
     thread = [r for r in records if plan.tools <= _tool_names(r.body)]
@@ -413,7 +413,13 @@ def main(argv: list[str] | None = None) -> int:
         help="exit 0 with a message when a registry cannot be reached",
     )
     parser.add_argument("--docs", type=Path, help="write the results table into this Markdown page")
-    parser.add_argument("--work", type=Path, default=CACHE / "runs", help="scratch folder")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=CACHE,
+        help="folder for the installed clients, the runs and the request logs "
+        "(default .cache/real_clients, ignored by git)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     names = [n.strip() for n in args.clients.split(",") if n.strip()]
@@ -426,8 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         client = CLIENTS[name]
         started = time.monotonic()
         try:
-            straight = run_once(client, "straight", args.work)
-            proxied = run_once(client, "proxied", args.work)
+            straight = run_once(client, "straight", args.cache)
+            proxied = run_once(client, "proxied", args.cache)
         except RegistryUnreachableError as exc:
             skipped.append(f"{name}: skipped, {exc}")
             print(skipped[-1], flush=True)
