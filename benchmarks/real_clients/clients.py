@@ -72,6 +72,8 @@ class Client:
     """`npm`, `pypi` (its own venv) or `project` (the project's environment)."""
     run: Callable[[Path, str, Path, Path], ClientRun]
     """`(cache, base root URL, repo, home) -> ClientRun`."""
+    profile: str | None = None
+    """Provider cache profile of the upstream and the proxy (None: the API's default)."""
 
 
 def _tail(text: str, limit: int = 3000) -> str:
@@ -324,6 +326,14 @@ CLIENTS: dict[str, Client] = {
     for c in (
         Client("claude-code", "anthropic", "claude-code", "npm", run_claude_code),
         Client("claude-code-parallel", "anthropic", "claude-code-parallel", "npm", run_claude_code),
+        Client(
+            "claude-code-1h",
+            "anthropic",
+            "claude-code",
+            "npm",
+            run_claude_code,
+            profile="anthropic-1h",
+        ),
         Client("codex", "responses", "codex", "npm", run_codex),
         Client("codex-parallel", "responses", "codex-parallel", "npm", run_codex),
         Client("mini-swe-agent", "chat", "mini-swe-agent", "pypi", run_mini_swe_agent),

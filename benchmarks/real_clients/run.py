@@ -86,6 +86,9 @@ class Outcome:
     executed: list[tuple[str, str]]
     breaks: list[int]
     """Indexes (among the thread's requests) where the prefix of the previous one broke."""
+    marks: list[frozenset[tuple[str, int, int]]] = field(default_factory=list)
+    """Per request the client sent in the agent's thread (the proxy's own recall follow-ups
+    left out), where the upstream saw `cache_control` marks (`mark_places`)."""
     maintenance: int = 0
     """Maintenance points the proxy reported (its /metrics epochs)."""
     recalls: int = 0
@@ -215,6 +218,43 @@ def _head_and_items(api: str, body: Mapping[str, Any]) -> tuple[str, list[Any]]:
     return json.dumps(head, sort_keys=True), [_unmarked(i) for i in items]
 
 
+def mark_places(body: Mapping[str, Any]) -> frozenset[tuple[str, int, int]]:
+    """Where a Messages body carries marks: (`tools` / `system`, index, 0) per marked tool or
+    system block, (`messages`, n, k) for block k from the end of message n from the end (so
+    places stay comparable when the proxy splices a recall exchange in earlier)."""
+    out: set[tuple[str, int, int]] = set()
+    for part in ("tools", "system"):
+        blocks = body.get(part)
+        if isinstance(blocks, list):
+            out.update(
+                (part, i, 0)
+                for i, b in enumerate(blocks)
+                if isinstance(b, Mapping) and b.get("cache_control")
+            )
+    messages = body.get("messages") or []
+    for n, message in enumerate(reversed(messages)):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list):
+            out.update(
+                ("messages", n, k)
+                for k, b in enumerate(reversed(content))
+                if isinstance(b, Mapping) and b.get("cache_control")
+            )
+    return frozenset(out)
+
+
+def client_requests(thread: list[ReplayRecord]) -> list[ReplayRecord]:
+    """The thread's upstream requests that carry a client request: the proxy's follow-up
+    after a reply whose only calls were recalls is its own."""
+    out: list[ReplayRecord] = []
+    for k, record in enumerate(thread):
+        before = thread[k - 1].reply.tool_calls if k else ()
+        if before and all(c.name == "recall" for c in before):
+            continue
+        out.append(record)
+    return out
+
+
 def prefix_breaks(api: str, thread: list[ReplayRecord]) -> list[int]:
     """Indexes where a request does not start with the previous one's items (marks aside)."""
     out: list[int] = []
@@ -267,7 +307,7 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
     plan = PLANS[client.plan]
     model = ScriptedModel(plan, str(repo))
     rules = ProviderRules()
-    profile = PROFILES[client.api]
+    profile = client.profile or PROFILES[client.api]
     provider = ReplayProvider(ReplayScript([]), profile, responder=model, rules=rules)
     metrics: dict[str, Any] = {}
     proxy_log = ""
@@ -301,6 +341,9 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
         edited=EDIT_NEW in module.read_text(encoding="utf-8"),
         executed=executed_tools(client.api, thread[-1].body, str(repo)) if thread else [],
         breaks=prefix_breaks(client.api, thread),
+        marks=[mark_places(r.body) for r in client_requests(thread)]
+        if client.api == "anthropic"
+        else [],
         maintenance=maintenance,
         recalls=model.recalls,
         proxy_recalls=sum(int(t.get("recalls") or 0) for t in threads),
@@ -341,6 +384,14 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
             f"the model called recall {proxied.recalls} time(s), the proxy answered "
             f"{proxied.proxy_recalls} (the client must never see a recall call)"
         )
+    # The straight run's upstream requests are the client's own: each of its marks must reach
+    # the upstream on the same block through the proxy (which may add marks, never move one).
+    if len(straight.marks) != len(proxied.marks):
+        fail(f"{len(straight.marks)} client requests straight, {len(proxied.marks)} proxied")
+    for k, (own, seen) in enumerate(zip(straight.marks, proxied.marks, strict=False)):
+        if not own <= seen:
+            fail(f"request {k}: the client's marks {sorted(own - seen)} did not reach the upstream")
+            break
     allowed = len(straight.breaks) + proxied.maintenance
     if len(proxied.breaks) > allowed:
         fail(
