@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,6 +53,10 @@ def bodies(draw: st.DrawFn, *, over: bool = False) -> tuple[dict[str, Any], dict
         {"type": "text", "text": f"S{i} system part {i}. {FILLER if i == 0 else ''}".strip()}
         for i in range(draw(st.integers(1, 3)))
     ]
+    if draw(st.booleans()):
+        # A volatile value: the system prompt is canonicalized, the value moves to a context
+        # block in the first user message.
+        system[-1]["text"] += "\nToday's date: 2026-11-27. Working directory: /home/ann/proj"
     tools = [_tool(f"tool{i}") for i in range(draw(st.integers(0, 3)))]
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": [{"type": "text", "text": "U0.0 Build the project."}]}
@@ -102,7 +107,9 @@ def bodies(draw: st.DrawFn, *, over: bool = False) -> tuple[dict[str, Any], dict
 
 def _tag(block: dict[str, Any]) -> str:
     if block["type"] == "text":
-        return "text:" + block["text"].split()[0]
+        # The block's own tag, also after a rewrite put a context block's text before it.
+        found = re.search(r"(?<!\S)([UA]\d+\.\w+)", block["text"])
+        return "text:" + (found.group(1) if found else block["text"][:20])
     if block["type"] == "tool_use":
         return "use:" + block["id"]
     return "result:" + block["tool_use_id"]

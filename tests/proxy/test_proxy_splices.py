@@ -3,9 +3,10 @@
 Each test runs one session through the proxy with the real `openai` / `anthropic` client over
 loopback HTTP, for each wire format (Chat Completions, Responses, Messages), streamed and
 not, and each shape of the reply that calls `recall`: text before the call, no text, several
-recall calls, a recall next to the client's own call (before or after it), reasoning items (Responses ids and
-encrypted content, Messages thinking signatures). The client builds its next request from
-what it received, as agents do (Responses: the output items it was shown, Codex style).
+recall calls, a recall next to the client's own call (before or after it), reasoning items
+(Responses ids and encrypted content, Messages thinking signatures). The client builds its
+next request from what it received, as agents do (Responses: the output items it was shown,
+Codex style).
 
 The check is the one the provider's cache applies: every request the upstream receives starts
 with the previous one's messages, byte for byte, and where the proxy answered a recall the
@@ -160,14 +161,14 @@ def _anthropic(root: str, stream: bool) -> Callable[[list[Any]], tuple[dict[str,
     return send
 
 
-def _session(api: Api, base: str, stream: bool) -> tuple[list[str], list[list[Any]]]:
+def _session(api: Api, base: str | list[str], stream: bool) -> tuple[list[str], list[list[Any]]]:
     """Run the session: the build log, the reply with the recall (the client runs the bash
-    call it was shown), the final answer, a thank-you. Returns the texts the client read and
-    the calls it was shown per reply."""
+    call it was shown), the final answer, a thank-you (`base`: the proxy, or one per step).
+    Returns the texts the client read and the calls it was shown per reply."""
+    bases = base if isinstance(base, list) else [base] * 3
     texts: list[str] = []
     shown_calls: list[list[Any]] = []
     if api == "responses":
-        send_r = _responses(base, stream)
         items: list[Any] = [
             {"role": "user", "content": "Build the project."},
             {"type": "function_call", "call_id": CALL.id, "name": "bash",
@@ -175,7 +176,7 @@ def _session(api: Api, base: str, stream: bool) -> tuple[list[str], list[list[An
             {"type": "function_call_output", "call_id": CALL.id, "output": BIG},
         ]  # fmt: skip
         for step in range(3):
-            output, text = send_r(items)
+            output, text = _responses(bases[step], stream)(items)
             texts.append(text)
             calls = [i for i in output if i["type"] == "function_call"]
             shown_calls.append([(c["call_id"], c["name"]) for c in calls])
@@ -186,7 +187,6 @@ def _session(api: Api, base: str, stream: bool) -> tuple[list[str], list[list[An
                 items.append({"role": "user", "content": "Thanks"})
         return texts, shown_calls
     if api == "chat":
-        send_c = _chat(base, stream)
         messages: list[Any] = [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": "Build the project."},
@@ -196,7 +196,7 @@ def _session(api: Api, base: str, stream: bool) -> tuple[list[str], list[list[An
             {"role": "tool", "tool_call_id": CALL.id, "content": BIG},
         ]  # fmt: skip
         result: dict[str, Any] = {"role": "tool", "tool_call_id": AGAIN.id, "content": "ok"}
-        send: Callable[[list[Any]], tuple[dict[str, Any], str]] = send_c
+        maker: Callable[[str, bool], Callable[[list[Any]], tuple[dict[str, Any], str]]] = _chat
     else:
         messages = [
             {"role": "user", "content": "Build the project."},
@@ -209,9 +209,10 @@ def _session(api: Api, base: str, stream: bool) -> tuple[list[str], list[list[An
         ]  # fmt: skip
         result = {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": AGAIN.id, "content": "ok"}]}  # fmt: skip
-        send = _anthropic(base.removesuffix("/v1"), stream)
+        maker = _anthropic
     for step in range(3):
-        entry, text = send(messages)
+        url = bases[step].removesuffix("/v1") if api == "anthropic" else bases[step]
+        entry, text = maker(url, stream)(messages)
         texts.append(text)
         if api == "chat":
             shown_calls.append(
@@ -377,3 +378,41 @@ def test_a_turn_without_a_splice_is_left_alone() -> None:
                                                                       "content": "x"}])  # fmt: skip
     view = read_view(body, "anthropic")
     assert splices.expand(view) is view
+
+
+@pytest.mark.parametrize("api", ["responses", "anthropic"])
+def test_a_restarted_proxy_still_puts_the_exchange_back(api: Api, tmp_path: Any) -> None:
+    """The splice is stored with the thread's state: the client's next request, served by a
+    new proxy process on the same store, still starts with what the upstream saw."""
+    from cachepilot import CachePilot, Config
+    from cachepilot.artifacts import SQLiteArtifactStore
+    from cachepilot.state_store import SQLiteStateStore
+
+    path = tmp_path / "proxy.sqlite"
+    replies, _ = script("reasoning")
+    profile = "anthropic" if api == "anthropic" else "openai-gpt-5.4-mini"
+
+    def proxy(upstream: ReplayProvider) -> Any:
+        pilot = CachePilot(Config(provider=profile), store=SQLiteArtifactStore(path))
+        return running_proxy(
+            upstream.base_url,
+            provider=profile,
+            pilot=pilot,
+            state_store=SQLiteStateStore(path),
+        )
+
+    with (
+        ReplayProvider(replies, profile=profile) as upstream,
+        proxy(upstream) as first,
+        proxy(upstream) as second,
+    ):
+        # The second proxy meets the thread at the client's second request: what it knows
+        # of the first one comes from the store.
+        texts, _ = _session(api, [first.base_url, second.base_url, second.base_url], True)
+        records = upstream.records
+    assert texts[1:] == [FINAL, THANKS]
+    assert len(records) == 4
+    for k in range(3):
+        before = _conversation(api, records[k].body)
+        assert _conversation(api, records[k + 1].body)[: len(before)] == before
+    assert all(r.prefix_extends for r in records)

@@ -13,6 +13,10 @@ The rule, first match wins:
    same system prompt and first message share that thread (its plan and archive): send the
    header in multi-tenant deployments.
 
+In rules 2 and 4, a request whose system prompt differs from a thread of the same key (or
+first user message) only in volatile spans continues that thread (`cachepilot.proxy.families`:
+a per-call session id or build number does not start a new thread).
+
 With key scoping (the default) every thread name starts with a digest of the request's API
 key (`Authorization`, `x-api-key` or `api-key`), so requests under two keys never share a
 thread, nor its archive. The key itself is never stored or logged; names from the body are

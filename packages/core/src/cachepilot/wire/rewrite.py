@@ -544,7 +544,8 @@ def _write_anthropic(
                 ]  # fmt: skip
                 piece = [*head, *kept]
             else:
-                piece = _anthropic_new(message)["content"]
+                original = [] if isinstance(content, str) else [content[k] for k in source.blocks]
+                piece = _carry_marks(_anthropic_new(message)["content"], original)
         last = entries[-1] if entries else None
         if last is not None and last.origin == source.index:
             last.content = _as_blocks(last.content) + _as_blocks(piece)
@@ -567,6 +568,28 @@ def _write_anthropic(
     body["messages"] = [
         {**item.base, "role": item.role, "content": item.content} for item in merged
     ]
+
+
+def _carry_marks(content: Any, original: Sequence[Any]) -> Any:
+    """A rewritten message's content with the caller's `cache_control` marks of its original
+    blocks kept, aligned from the end (what a rewrite adds, a context block, comes first):
+    a mark stays on the block that carries the text it marked."""
+    marks = [
+        b["cache_control"] for b in original if isinstance(b, Mapping) and "cache_control" in b
+    ]
+    if not marks:
+        return content
+    blocks = [dict(b) for b in _as_blocks(content)]
+    if not blocks:
+        return content
+    if len(blocks) == len(original):
+        for block, old in zip(blocks, original, strict=True):
+            if isinstance(old, Mapping) and "cache_control" in old:
+                block["cache_control"] = old["cache_control"]
+        return blocks
+    for block, mark in zip(reversed(blocks), reversed(marks), strict=False):
+        block["cache_control"] = mark
+    return blocks
 
 
 def _as_blocks(content: Any) -> list[Any]:
