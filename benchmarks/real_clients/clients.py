@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,8 +95,17 @@ def _registry_reachable() -> bool:
     return done.returncode == 0 and CLAUDE_CODE in done.stdout
 
 
+_INSTALL = threading.Lock()
+"""One install at a time (clients run side by side and share the install folders)."""
+
+
 def install_npm(cache: Path) -> Path:
     """The npm clients' bin folder, installing the pinned versions when missing."""
+    with _INSTALL:
+        return _install_npm(cache)
+
+
+def _install_npm(cache: Path) -> Path:
     root = cache / "npm"
     bins = root / "node_modules" / ".bin"
     stamp = root / "installed.json"
@@ -125,6 +135,11 @@ def install_npm(cache: Path) -> Path:
 
 def install_mini_swe_agent(cache: Path) -> Path:
     """The python of mini-swe-agent's own venv, installing the pinned version when missing."""
+    with _INSTALL:
+        return _install_mini_swe_agent(cache)
+
+
+def _install_mini_swe_agent(cache: Path) -> Path:
     venv = cache / "mini-swe-agent"
     python = venv / "bin" / "python"
     stamp = venv / "installed.txt"

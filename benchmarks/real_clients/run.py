@@ -31,6 +31,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -471,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         help="folder for the installed clients, the runs and the request logs "
         "(default .cache/real_clients, ignored by git)",
     )
+    parser.add_argument("--jobs", type=int, default=2, help="clients run side by side (default 2)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     names = [n.strip() for n in args.clients.split(",") if n.strip()]
@@ -479,28 +481,34 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown clients {unknown}; known: {', '.join(CLIENTS)}")
     verdicts: list[Verdict] = []
     skipped: list[str] = []
-    for name in names:
-        client = CLIENTS[name]
+
+    def both_runs(client: Client) -> tuple[Verdict, float]:
         started = time.monotonic()
-        try:
-            straight = run_once(client, "straight", args.cache)
-            proxied = run_once(client, "proxied", args.cache)
-        except RegistryUnreachableError as exc:
-            skipped.append(f"{name}: skipped, {exc}")
-            print(skipped[-1], flush=True)
-            continue
-        except InstallError as exc:
-            if not args.skip_unreachable:
-                raise
-            skipped.append(f"{name}: skipped, could not be installed: {exc}")
-            print(skipped[-1], flush=True)
-            continue
-        verdict = judge(client, straight, proxied)
-        verdicts.append(verdict)
-        status = "pass" if verdict.passed else "FAIL"
-        print(f"{name}: {status} in {time.monotonic() - started:.0f} s", flush=True)
-        for failure in verdict.failures:
-            print(f"  - {failure}", flush=True)
+        straight = run_once(client, "straight", args.cache)
+        proxied = run_once(client, "proxied", args.cache)
+        return judge(client, straight, proxied), time.monotonic() - started
+
+    # Clients run side by side (each has its own upstream, proxy, ports and folders).
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [(name, pool.submit(both_runs, CLIENTS[name])) for name in names]
+        for name, future in futures:
+            try:
+                verdict, seconds = future.result()
+            except RegistryUnreachableError as exc:
+                skipped.append(f"{name}: skipped, {exc}")
+                print(skipped[-1], flush=True)
+                continue
+            except InstallError as exc:
+                if not args.skip_unreachable:
+                    raise
+                skipped.append(f"{name}: skipped, could not be installed: {exc}")
+                print(skipped[-1], flush=True)
+                continue
+            verdicts.append(verdict)
+            status = "pass" if verdict.passed else "FAIL"
+            print(f"{name}: {status} in {seconds:.0f} s", flush=True)
+            for failure in verdict.failures:
+                print(f"  - {failure}", flush=True)
     if verdicts:
         print(table(verdicts))
     if args.docs and verdicts:
