@@ -27,7 +27,7 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -62,6 +62,7 @@ from cachepilot.wire import (
     sse,
 )
 from cachepilot.wire.anthropic import MAX_CACHE_MARKS, cache_mark_count
+from cachepilot_bench.provider_rules import ProviderRules
 from cachepilot_bench.replay_server import ReplayHTTPServer, Response
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ __all__ = [
     "ReplayRecord",
     "ReplayScript",
     "ReplayTurn",
+    "Responder",
 ]
 
 logger = logging.getLogger(__name__)
@@ -85,6 +87,10 @@ REPLAY_API_KEY = "replay"
 """Placeholder API key for clients that insist on one (any key is accepted)."""
 REPLAY_MODEL = "cachepilot-replay"
 """Model id listed by `GET /v1/models` and echoed when a request names none."""
+
+Responder = Callable[[Api, Mapping[str, Any], Request], Message]
+"""`(api, raw body, parsed request) -> assistant reply`: a scripted model that decides each
+reply from the request it receives instead of serving the turns in order."""
 
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 _RESPONSES_PATHS = ("/v1/responses", "/responses")
@@ -291,6 +297,11 @@ class ReplayProvider:
         profile: provider cache profile (name or `ProviderProfile`).
         hidden_prefix_tokens: opaque tokens the simulator prepends to every request.
         counter: token counter for the simulator (default: the shared o200k_base one).
+        responder: when given, every model request is answered by `responder(api, body,
+            request)` (a scripted model reading what it is sent); the script's turns are not
+            served.
+        rules: when given, request bodies are checked against the providers' documented rules
+            and refused with a 400 in the provider's error shape, as the real API does.
 
     Raises:
         ValueError: on an unknown profile or a negative hidden prefix.
@@ -306,7 +317,11 @@ class ReplayProvider:
         hidden_prefix_tokens: int = 0,
         *,
         counter: TokenCounter | None = None,
+        responder: Responder | None = None,
+        rules: ProviderRules | None = None,
     ) -> None:
+        self._responder = responder
+        self._rules = rules
         self._counter = counter or get_counter()
         self._profile = profile
         self._hidden = hidden_prefix_tokens
@@ -492,6 +507,8 @@ class ReplayProvider:
 
     def _serve(self, api: Api, path: str, body: dict[str, Any]) -> Response:
         stream = body.get("stream") is True
+        if self._rules is not None:
+            self._rules.check(api, body)
         conversation: tuple[Message, ...] = ()
         breakpoints = None
         if api == "chat":
@@ -521,7 +538,10 @@ class ReplayProvider:
             conversation = (*history, *responses_items(body.get("input")))
         index = len(self._records)
         turn: int | None = self._next if self._next < len(self._script) else None
-        if turn is not None:
+        if self._responder is not None:
+            reply = self._responder(api, body, request)
+            timestamp, output_tokens, turn = None, None, index
+        elif turn is not None:
             served = self._script.turns[turn]
             reply, timestamp, output_tokens = (
                 served.message,
@@ -609,6 +629,8 @@ class ReplayProvider:
                 response = Response(200, "text/event-stream", sse(events, named=True, done=False))
             else:
                 response = _json(200, final)
+            if self._rules is not None:
+                self._rules.issued_reasoning(final.get("output") or [])
             # What `previous_response_id` stands for: the input items and the output items.
             output = responses_items(responses_input([reply]))
             self._conversations[response_id] = (*conversation, *output)

@@ -149,8 +149,13 @@ def _agents_threads(
     return [
         InspectedThread(str(t), f"{path.name} ({_AGENTS_TABLE})", _state(s, str(t)), None, u)
         for t, s, u in rows
-        if thread is None or t == thread
+        if (thread is None or t == thread) and not _is_family(s)
     ]
+
+
+def _is_family(saved: object) -> bool:
+    """A proxy family document (`cachepilot.proxy.families`), not a thread's state."""
+    return isinstance(saved, str) and saved.startswith('{"cachepilot_family"')
 
 
 def _checkpoint_reader() -> CheckpointReader | None:

@@ -46,6 +46,12 @@ before it already changed, (b) at maintenance points, or (c) with ``refresh="alw
 behaviour is deterministic and prefix-safe. Under ``refresh="never"`` existing placeholders keep
 their first value even then (choose it only for prompts whose layout of volatile values is fixed).
 
+**Learned spans.** A token-like span that changed between two calls of a thread while the text
+around it stayed (a session id or build number no pattern knows) is learned
+(`cachepilot.canonical.volatility`) and frozen like a built-in value from then on
+(``{{learned_1}}``), in the system prompt, leading system messages and tool descriptions; a
+genuine instruction change is passed through. The spans are part of `CanonicalState`.
+
 Only the system prompt (and, by default, system-role messages at the head of ``messages``) is
 canonicalized; the transcript is not (tool outputs legitimately contain dates). Tool
 descriptions can be canonicalized too (off by default). Tools are sorted by name and rendered
@@ -81,6 +87,7 @@ from cachepilot.canonical.tools import (
     tool_fingerprint,
     tool_name,
 )
+from cachepilot.canonical.volatility import LearnedSpan
 
 __all__ = [
     "DEFAULT_ID_KEYS",
@@ -89,6 +96,7 @@ __all__ = [
     "CanonicalState",
     "CanonicalText",
     "Canonicalizer",
+    "LearnedSpan",
     "Placement",
     "Refresh",
     "VolatileKind",

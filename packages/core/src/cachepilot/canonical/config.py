@@ -144,6 +144,14 @@ class CanonicalConfig(BaseModel):
     leading_system_messages: bool = True
     """Also canonicalize system-role messages at the head of ``messages`` (frameworks that keep
     the system prompt in the transcript); the system tail is then the last of them."""
+    learn_volatile: bool = True
+    """Learn per thread the token-like spans seen to change between two calls while the text
+    around them stayed (a session id, a build number no pattern knows) and freeze them like
+    built-in values from then on (``{{learned_1}}``); see `cachepilot.canonical.volatility`.
+    Applies to the system prompt, leading system messages and tool descriptions."""
+    learn_max_chars: int = Field(default=400_000, ge=1_000, le=10_000_000)
+    """Longest group of texts (system prompt + system messages; all tool descriptions) compared
+    for learning; a longer one is never learned from (its changes are passed through)."""
     dedupe_values: bool = True
     """Give equal values one placeholder; False numbers every occurrence separately."""
     placeholder_open: str = "{{"

@@ -8,18 +8,27 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from cachepilot.canonical.config import CanonicalConfig, Placement
 from cachepilot.canonical.detect import _CACHE_ENTRIES
-from cachepilot.canonical.text import _Assigner, render_block
+from cachepilot.canonical.text import LEARNED_KIND, _Assigner, render_block
 from cachepilot.canonical.tools import (
     canonical_json,
     canonicalize_tool,
     tool_fingerprint,
     tool_name,
+)
+from cachepilot.canonical.volatility import (
+    SEPARATOR,
+    Baseline,
+    LearnedSpan,
+    learn,
+    merge_learned,
+    text_digest,
 )
 from cachepilot.messages import ContentPart, Message, TextPart
 
@@ -50,6 +59,11 @@ class CanonicalState(BaseModel):
     """`tool_fingerprint` of the previous call's tools, as returned."""
     tool_changes: int = 0
     """Times the tool set changed mid-thread (a prefix break cause)."""
+    learned: list[LearnedSpan] = Field(default_factory=list)
+    """Spans learned as volatile in this thread (see `cachepilot.canonical.volatility`)."""
+    baselines: dict[str, Baseline] = Field(default_factory=dict)
+    """Per group of texts (``system``, ``tools``), the previous call's canonical text: what
+    the next call is compared with to learn volatile spans."""
 
     @property
     def by_value(self) -> dict[str, str]:
@@ -92,6 +106,7 @@ class Canonicalizer:
         """Create a canonicalizer (the default `CanonicalConfig` when None)."""
         self.config = config or CanonicalConfig()
         self._tools_memo: tuple[tuple[str, ...], list[dict[str, Any]], str] | None = None
+        self._described_memo: tuple[str, list[dict[str, Any]]] | None = None
         self._rewrites: OrderedDict[int, tuple[Message, Message]] = OrderedDict()
         self._rewrites_lock = threading.Lock()
 
@@ -171,20 +186,13 @@ class Canonicalizer:
         maintenance: bool,
     ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
         cfg = self.config
-        assigner = _Assigner(cfg)
-        tools_out, fingerprint = self._tools(tools)
-        if cfg.canonicalize_tool_descriptions:
-            tools_out = [_canonical_descriptions(t, assigner) for t in tools_out]
-            fingerprint = tool_fingerprint(tools_out)
-        system_out = assigner.canonicalize(system)[0] if isinstance(system, str) else system
-        out = list(messages)
-        n_leading = 0
-        if cfg.leading_system_messages:
-            while n_leading < len(out) and out[n_leading].role == "system":
-                out[n_leading] = self._stable(
-                    out[n_leading], _canonical_message(out[n_leading], assigner)
-                )
-                n_leading += 1
+        rendered = self._render(system, messages, tools, state)
+        if cfg.learn_volatile and self._learn(state, rendered.assigner):
+            rendered = self._render(system, messages, tools, state)  # with the new spans
+        if cfg.learn_volatile:
+            _keep_baselines(state, rendered.assigner.texts, cfg.learn_max_chars)
+        assigner, system_out, out = rendered.assigner, rendered.system, rendered.messages
+        tools_out, fingerprint, n_leading = rendered.tools, rendered.fingerprint, rendered.leading
 
         digest = _digest(fingerprint, system_out, out[:n_leading])
         current = assigner.values
@@ -214,6 +222,91 @@ class Canonicalizer:
                 state.epoch,
             )
         return system_out, out, tools_out
+
+    def _render(
+        self,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]],
+        state: CanonicalState,
+    ) -> _Rendered:
+        """The canonical tools, system and leading system messages (no block yet)."""
+        cfg = self.config
+        learned = state.learned if cfg.learn_volatile else ()
+        assigner = _Assigner(cfg, learned)
+        tools_out, fingerprint = self._tools(tools)
+        if cfg.canonicalize_tool_descriptions or cfg.learn_volatile:
+            described = [
+                _canonical_descriptions(t, assigner, builtins=cfg.canonicalize_tool_descriptions)
+                for t in tools_out
+            ]
+            if any(a is not b for a, b in zip(described, tools_out, strict=True)):
+                fingerprint = tool_fingerprint(described)
+                # Jittering descriptions frozen to the same text: the same objects again.
+                memo = self._described_memo
+                if memo is not None and memo[0] == fingerprint:
+                    described = list(memo[1])
+                else:
+                    self._described_memo = (fingerprint, described)
+            tools_out = described
+        system_out = (
+            assigner.canonicalize(system, group=_SYSTEM)[0] if isinstance(system, str) else system
+        )
+        out = list(messages)
+        n_leading = 0
+        if cfg.leading_system_messages:
+            while n_leading < len(out) and out[n_leading].role == "system":
+                out[n_leading] = self._stable(
+                    out[n_leading], _canonical_message(out[n_leading], assigner)
+                )
+                n_leading += 1
+        return _Rendered(assigner, system_out, out, tools_out, fingerprint, n_leading)
+
+    def _learn(self, state: CanonicalState, assigner: _Assigner) -> bool:
+        """Compare each group's texts with the previous call's; True when spans were learned.
+
+        Learned placeholders are compared by value (the previous call's frozen values, this
+        call's current ones): a value the learned shape missed then differs from its old value
+        like any token, and is learned again with the same context (the span widens).
+        """
+        cfg = self.config
+        texts = assigner.texts
+        new_spans: list[LearnedSpan] = []
+        for group in _GROUPS:
+            base = state.baselines.get(group)
+            if base is None:
+                continue
+            text = SEPARATOR.join(texts.get(group, ()))
+            if text_digest(text) == base.digest:
+                continue
+            found = learn(
+                self._by_value(base.text(), state.values),
+                self._by_value(text, assigner.values),
+                group,
+                max_chars=cfg.learn_max_chars,
+                placeholder=(cfg.placeholder_open, cfg.placeholder_close),
+            )
+            if found:
+                new_spans.extend(found)
+                logger.info(
+                    "learned %d volatile span(s) in the %s texts (frozen from now on)",
+                    len(found),
+                    group,
+                )
+        if not new_spans:
+            return False
+        merged = merge_learned(state.learned, new_spans)
+        if merged == state.learned:
+            return False
+        state.learned = merged
+        return True
+
+    def _by_value(self, text: str, values: Mapping[str, str]) -> str:
+        """`text` with its learned placeholders replaced by their values."""
+        for label, value in values.items():
+            if label.startswith(LEARNED_KIND + "_"):
+                text = text.replace(self.config.placeholder(label), value)
+        return text
 
     def _update_state(
         self,
@@ -255,6 +348,37 @@ class Canonicalizer:
         state.calls += 1
 
 
+_SYSTEM = "system"
+_TOOLS = "tools"
+_GROUPS = (_SYSTEM, _TOOLS)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rendered:
+    assigner: _Assigner
+    system: str | None
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    fingerprint: str
+    leading: int
+
+
+def _keep_baselines(
+    state: CanonicalState, texts: Mapping[str, Sequence[str]], max_chars: int
+) -> None:
+    """Remember this call's canonical texts per group (re-packed only when they changed)."""
+    for group in _GROUPS:
+        text = SEPARATOR.join(texts.get(group, ()))
+        base = state.baselines.get(group)
+        if base is not None and base.digest == text_digest(text):
+            continue
+        if not text or len(text) > max_chars:
+            if group in state.baselines:
+                state.baselines = {k: v for k, v in state.baselines.items() if k != group}
+            continue
+        state.baselines = {**state.baselines, group: Baseline.of(text)}
+
+
 def _digest(fingerprint: str, system: str | None, leading: Sequence[Message]) -> str:
     h = hashlib.sha256()
     h.update(fingerprint.encode())
@@ -264,17 +388,27 @@ def _digest(fingerprint: str, system: str | None, leading: Sequence[Message]) ->
     return h.hexdigest()[:32]
 
 
-def _canonical_descriptions(tool: dict[str, Any], assigner: _Assigner) -> dict[str, Any]:
+def _canonical_descriptions(
+    tool: dict[str, Any], assigner: _Assigner, *, builtins: bool
+) -> dict[str, Any]:
+    """`tool` with its ``description`` strings canonicalized (the same object when none
+    changed, so identity memos downstream keep hitting)."""
+
     def walk(obj: Any) -> Any:
         if isinstance(obj, dict):
-            return {
-                k: assigner.canonicalize(v)[0]
-                if k == "description" and isinstance(v, str)
-                else walk(v)
-                for k, v in obj.items()
-            }
+            out: dict[str, Any] = {}
+            changed = False
+            for k, v in obj.items():
+                if k == "description" and isinstance(v, str):
+                    new = assigner.canonicalize(v, group=_TOOLS, builtins=builtins)[0]
+                else:
+                    new = walk(v)
+                changed = changed or new is not v
+                out[k] = new
+            return out if changed else obj
         if isinstance(obj, list):
-            return [walk(v) for v in obj]
+            items = [walk(v) for v in obj]
+            return items if any(a is not b for a, b in zip(items, obj, strict=True)) else obj
         return obj
 
     out = walk(tool)
@@ -283,13 +417,13 @@ def _canonical_descriptions(tool: dict[str, Any], assigner: _Assigner) -> dict[s
 
 def _canonical_message(message: Message, assigner: _Assigner) -> Message:
     if isinstance(message.content, str):
-        text, spans = assigner.canonicalize(message.content)
+        text, spans = assigner.canonicalize(message.content, group=_SYSTEM)
         return dataclasses.replace(message, content=text) if spans else message
     parts: list[ContentPart] = []
     changed = False
     for part in message.content:
         if isinstance(part, TextPart):
-            text, spans = assigner.canonicalize(part.text)
+            text, spans = assigner.canonicalize(part.text, group=_SYSTEM)
             if spans:
                 part = dataclasses.replace(part, text=text)  # noqa: PLW2901
                 changed = True

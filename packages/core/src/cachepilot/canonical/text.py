@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from cachepilot.canonical.config import CanonicalConfig, VolatileSpan
 from cachepilot.canonical.detect import _default_config, detect_volatile
+from cachepilot.canonical.volatility import LearnedSpan, find_learned
 
 __all__ = [
+    "LEARNED_KIND",
     "CanonicalText",
     "canonicalize_text",
     "render_block",
 ]
+
+
+LEARNED_KIND = "learned"
+"""Placeholder kind of learned volatile spans (``{{learned_1}}``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,12 +36,17 @@ class CanonicalText:
 class _Assigner:
     """Numbers placeholders across the texts of one request (kind + ordinal of first sight)."""
 
-    def __init__(self, config: CanonicalConfig) -> None:
+    def __init__(self, config: CanonicalConfig, learned: Sequence[LearnedSpan] = ()) -> None:
         self.config = config
         self.values: dict[str, str] = {}
         self._by_value: dict[str, str] = {}
         self._counts: dict[str, int] = {}
         self.spans = 0
+        self._learned: dict[str, list[LearnedSpan]] = {}
+        for span in learned:
+            self._learned.setdefault(span.group, []).append(span)
+        self.texts: dict[str, list[str]] = {}
+        """Canonical texts by group, in the order canonicalized (what learning compares)."""
 
     def label(self, span: VolatileSpan) -> str:
         if span.kind in self.config.named_values:
@@ -50,10 +61,32 @@ class _Assigner:
         self._by_value.setdefault(span.value, label)
         return label
 
-    def canonicalize(self, text: str) -> tuple[str, list[VolatileSpan]]:
-        spans = detect_volatile(text, self.config)
-        if not spans:
-            return text, spans
+    def canonicalize(
+        self, text: str, *, group: str | None = None, builtins: bool = True
+    ) -> tuple[str, list[VolatileSpan]]:
+        """`text` with its volatile values replaced, and the spans replaced.
+
+        Built-in (and user) detectors run when `builtins`; then the spans learned in `group`
+        are replaced in the result (their positions are in that text), and the canonical text
+        is recorded under `group` for learning.
+        """
+        spans = detect_volatile(text, self.config) if builtins else []
+        if spans:
+            text = self._replace(text, spans)
+        if group is not None:
+            learned = self._learned.get(group)
+            if learned:
+                found = [
+                    VolatileSpan(start, end, LEARNED_KIND, text[start:end])
+                    for start, end in find_learned(text, learned)
+                ]
+                if found:
+                    text = self._replace(text, found)
+                    spans = [*spans, *found]
+            self.texts.setdefault(group, []).append(text)
+        return text, spans
+
+    def _replace(self, text: str, spans: Sequence[VolatileSpan]) -> str:
         pieces: list[str] = []
         at = 0
         for span in spans:
@@ -62,7 +95,7 @@ class _Assigner:
             at = span.end
         pieces.append(text[at:])
         self.spans += len(spans)
-        return "".join(pieces), spans
+        return "".join(pieces)
 
 
 def canonicalize_text(text: str, config: CanonicalConfig | None = None) -> CanonicalText:

@@ -27,6 +27,7 @@ from cachepilot.messages import ContentPart, Message, ToolCall
 from cachepilot.metrics import Metrics, call_metrics
 from cachepilot.pilot import CachePilot, Config
 from cachepilot.proxy.config import ProxyConfig
+from cachepilot.proxy.families import Families
 from cachepilot.proxy.memory import ThreadMemory, Threads
 from cachepilot.proxy.pipeline import Pipeline, Prepared
 from cachepilot.proxy.recall import answer, recall_calls, strip_recall
@@ -185,8 +186,12 @@ class ProxyEngine:
             state_store = SQLiteStateStore(config.store)
         self.pilot = pilot
         self.threads = Threads(pilot, state_store)
+        self.families = Families(self.threads)
         self.pipeline = Pipeline(pilot, config)
         self.metrics = Metrics()
+        self._recalls_seen: dict[str, int] = {}
+        """Per thread, the state's recall count at its last recorded call (a stored state
+        brings recalls served before this process started: they are not this process's)."""
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
 
@@ -245,7 +250,7 @@ class ProxyEngine:
             scoped=self.config.key_scope,
             previous=self.threads.responses,
         )
-        memory = await self.threads.get(thread.name)
+        memory = await self.threads.get(await self.families.resolve(thread))
         async with memory.lock:
             try:
                 prepared = await asyncio.to_thread(self.pipeline.prepare, view, memory)
@@ -259,7 +264,7 @@ class ProxyEngine:
                     method=method, path=path, query=query, headers=headers, raw=raw, api=api
                 )
             memory.requests += 1
-        logger.debug("thread %s (%s): request %d", thread.name, thread.source, memory.requests)
+        logger.debug("thread %s (%s): request %d", memory.name, thread.source, memory.requests)
         target = self._target(path, query)
         if body.get("stream") is True:
             return await self._streamed(api, target, headers, prepared, memory)
@@ -450,13 +455,17 @@ class ProxyEngine:
         try:
             self.pilot.record_usage(usage, prepared.thread)
             state = self.pilot.state(prepared.thread)
+            # Recalls the proxy served since this thread's last recorded call.
+            seen = self._recalls_seen.get(prepared.thread)
+            served = 0 if seen is None else state.recalls - seen
+            self._recalls_seen[prepared.thread] = state.recalls
             self.metrics.record(
                 call_metrics(
                     usage,
                     thread=prepared.thread,
                     call=max(0, state.calls - 1),
                     provider=self.config.provider,
-                    recalls=0,
+                    recalls=max(0, served),
                     model=str(model) if model else None,
                 )
             )

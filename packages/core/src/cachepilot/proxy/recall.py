@@ -168,6 +168,39 @@ class _Splice:
         return list(self.elements) if self.api == api else None
 
 
+def _keep_client_marks(
+    view: BodyView, index: int, elements: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Messages: the client's `cache_control` marks on a resent turn stay on their blocks
+    (counted from the end) of the element that stands for that turn, the last assistant entry
+    of the splice: a client's mark is never removed or moved."""
+    raw = view.body.get("messages") if view.api == "anthropic" else None
+    source = view.sources[index]
+    client = raw[source.index] if isinstance(raw, list) and source.index < len(raw) else None
+    content = client.get("content") if isinstance(client, Mapping) else None
+    if not isinstance(content, list):
+        return elements
+    marks = [
+        (k, b["cache_control"])
+        for k, b in enumerate(reversed(content))
+        if isinstance(b, Mapping) and b.get("cache_control")
+    ]
+    target = next(
+        (i for i in range(len(elements) - 1, -1, -1) if elements[i].get("role") == "assistant"),
+        None,
+    )
+    blocks = elements[target].get("content") if target is not None else None
+    if not marks or target is None or not isinstance(blocks, list):
+        return elements
+    copied = [dict(b) if isinstance(b, Mapping) else b for b in blocks]
+    for k, control in marks:
+        if k < len(copied) and isinstance(copied[-1 - k], dict):
+            copied[-1 - k]["cache_control"] = control
+    out = list(elements)
+    out[target] = {**elements[target], "content": copied}
+    return out
+
+
 class Splices:
     """One thread's splices: shown assistant message → what the upstream saw in its place.
 
@@ -208,7 +241,7 @@ class Splices:
             found = self._items.get(message_key(message))
             elements = found.elements_for(view.api) if found is not None else None
             if elements:
-                replace[index] = elements
+                replace[index] = _keep_client_marks(view, index, elements)
         if not replace:
             return view
         try:

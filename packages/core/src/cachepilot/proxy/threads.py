@@ -13,6 +13,10 @@ The rule, first match wins:
    same system prompt and first message share that thread (its plan and archive): send the
    header in multi-tenant deployments.
 
+In rules 2 and 4, a request whose system prompt differs from a thread of the same key (or
+first user message) only in volatile spans continues that thread (`cachepilot.proxy.families`:
+a per-call session id or build number does not start a new thread).
+
 With key scoping (the default) every thread name starts with a digest of the request's API
 key (`Authorization`, `x-api-key` or `api-key`), so requests under two keys never share a
 thread, nor its archive. The key itself is never stored or logged; names from the body are
@@ -36,10 +40,18 @@ _MAX_NAME = 200
 
 @dataclass(frozen=True, slots=True)
 class ThreadId:
-    """A request's thread and how it was found (`header`, `key:<name>`, `previous`, `hash`)."""
+    """A request's thread and how it was found (`header`, `key:<name>`, `previous`, `hash`).
+
+    A thread found by key or hash also names its family (the threads of one key, or of one
+    first user message, under one API key) and carries its system prompt in placeholder form:
+    `cachepilot.proxy.families` maps a request whose system prompt differs from a member's
+    only in volatile spans to that member.
+    """
 
     name: str
     source: str
+    family: str | None = None
+    system: str = ""
 
 
 def _digest(*parts: str) -> str:
@@ -89,16 +101,25 @@ def identify(
         if keys:
             name, value = next(iter(keys.items()))
             system = canonicalize_text(view.system).text if view.system else ""
-            found = ThreadId("k-" + _digest(name, value, system), f"key:{name}")
+            found = ThreadId(
+                "k-" + _digest(name, value, system),
+                f"key:{name}",
+                "f-" + _digest("key", name, value),
+                system,
+            )
     if found is None and previous is not None:
         earlier = view.body.get("previous_response_id")
         if isinstance(earlier, str) and earlier in previous:
             return ThreadId(previous[earlier], "previous")  # already scoped
     if found is None:
         first = next((m.text for m in view.messages if m.role == "user"), "")
-        found = ThreadId("h-" + _digest(view.system or "", first), "hash")
+        system = canonicalize_text(view.system).text if view.system else ""
+        found = ThreadId(
+            "h-" + _digest(view.system or "", first), "hash", "f-" + _digest("hash", first), system
+        )
     if scoped:
         scope = key_scope(headers)
         if scope is not None:
-            return ThreadId(f"{scope}/{found.name}", found.source)
+            family = f"{scope}/{found.family}" if found.family else None
+            return ThreadId(f"{scope}/{found.name}", found.source, family, found.system)
     return found

@@ -1,0 +1,529 @@
+"""Real clients through the proxy: each runs the scripted task straight and through the proxy.
+
+Claude Code (`claude -p`), Codex (`codex exec`), mini-swe-agent (litellm, Chat Completions)
+and a small loop on each official Python client (`openai` Chat Completions and Responses,
+`anthropic` Messages) each run the task of `task.py` twice against a scripted upstream on
+127.0.0.1 that enforces the providers' request rules (`cachepilot_bench.provider_rules`):
+once straight, once through `cachepilot proxy` (the real command, as a subprocess). The
+suite checks that both runs executed the same tools, left the same files, gave the same final
+answer, exited 0 with no request refused, and that every upstream request of the agent's
+thread starts with the previous one (marks aside) except at the proxy's maintenance points.
+It prints the input saving and the prefix share per client.
+
+    uv run python benchmarks/real_clients/run.py [--clients codex,...] [--docs PAGE]
+
+Exit status: 0 all passed, 1 a check failed, 3 the npm registry (or PyPI for mini-swe-agent)
+could not be reached (`--skip-unreachable` turns that into 0 with a message). Clients are
+installed into `.cache/real_clients/` (git-ignored); the clients' request bodies are saved
+under `.cache/real_clients/requests/` for inspection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from clients import (  # noqa: E402
+    CLAUDE_CODE,
+    CLIENTS,
+    CODEX,
+    MINI_SWE_AGENT,
+    Client,
+    ClientRun,
+    InstallError,
+    RegistryUnreachableError,
+)
+from scripted import PLANS, ScriptedModel  # noqa: E402
+from task import EDIT_NEW, FINAL_ANSWER, MODULE_PATH, STEPS, make_repo, snapshot  # noqa: E402
+
+from cachepilot_bench.provider_rules import ProviderRules  # noqa: E402
+from cachepilot_bench.replay import ReplayProvider, ReplayRecord, ReplayScript  # noqa: E402
+
+__all__ = ["main"]
+
+logger = logging.getLogger("real_clients")
+
+WORKSPACE = HERE.parents[1]
+CACHE = WORKSPACE / ".cache" / "real_clients"
+PROFILES = {
+    "anthropic": "anthropic",
+    "chat": "openai-gpt-5.4-mini",
+    "responses": "openai-gpt-5.4-mini",
+}
+VERSIONS = {
+    "claude-code": f"@anthropic-ai/claude-code {CLAUDE_CODE}",
+    "codex": f"@openai/codex {CODEX}",
+    "mini-swe-agent": f"mini-swe-agent {MINI_SWE_AGENT} (litellm)",
+}
+
+
+@dataclass(slots=True)
+class Outcome:
+    """One run of one client (straight or proxied)."""
+
+    client: str
+    mode: str
+    run: ClientRun
+    records: list[ReplayRecord]
+    refusals: list[str]
+    files: dict[str, str]
+    edited: bool
+    executed: list[tuple[str, str]]
+    breaks: list[int]
+    """Indexes (among the thread's requests) where the prefix of the previous one broke."""
+    marks: list[frozenset[tuple[str, int, int]]] = field(default_factory=list)
+    """Per request the client sent in the agent's thread (the proxy's own recall follow-ups
+    left out), where the upstream saw `cache_control` marks (`mark_places`)."""
+    maintenance: int = 0
+    """Maintenance points the proxy reported (its /metrics epochs)."""
+    recalls: int = 0
+    """Recall calls the scripted model made."""
+    proxy_recalls: int = 0
+    """Recalls the proxy answered itself (its /metrics)."""
+    proxy_log: str = ""
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(r.usage.input_tokens for r in self.records)
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(r.usage.cached_tokens for r in self.records)
+
+    @property
+    def body_bytes(self) -> int:
+        return sum(len(json.dumps(r.body)) for r in self.records)
+
+    @property
+    def prefix_share(self) -> float:
+        return self.cached_tokens / self.input_tokens if self.input_tokens else 0.0
+
+
+@dataclass(slots=True)
+class Verdict:
+    """Both runs of one client and the checks' findings."""
+
+    client: Client
+    straight: Outcome
+    proxied: Outcome
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_proxy(upstream: str, profile: str, folder: Path) -> Iterator[str]:
+    """`cachepilot proxy` as a subprocess on a free loopback port; yields its root URL."""
+    port = _free_port()
+    log = (folder / "proxy.log").open("w")
+    command = [
+        sys.executable,
+        "-m",
+        "cachepilot.cli",
+        "proxy",
+        "--upstream",
+        upstream,
+        "--port",
+        str(port),
+        "--provider",
+        profile,
+        "--store",
+        str(folder / "proxy.sqlite"),
+    ]
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    root = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{root}/healthz", timeout=2):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the proxy did not start: {(folder / 'proxy.log').read_text()[-2000:]}"
+                    ) from None
+                time.sleep(0.2)
+        yield root
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def _metrics(root: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{root}/metrics", timeout=10) as response:
+        data: dict[str, Any] = json.loads(response.read())
+        return data
+
+
+def _tool_names(body: Mapping[str, Any]) -> set[str]:
+    names: set[str] = set()
+    for tool in body.get("tools") or []:
+        if isinstance(tool, Mapping):
+            function = tool.get("function")
+            name = function.get("name") if isinstance(function, Mapping) else tool.get("name")
+            if isinstance(name, str):
+                names.add(name)
+    return names
+
+
+def _unmarked(value: Any) -> Any:
+    """`value` without `cache_control` marks (clients move theirs on every request)."""
+    if isinstance(value, dict):
+        return {k: _unmarked(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_unmarked(v) for v in value]
+    return value
+
+
+def _head_and_items(api: str, body: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    tools = sorted(_tool_names(body))
+    if api == "anthropic":
+        head = [_unmarked(body.get("system")), tools]
+        items = body.get("messages") or []
+    elif api == "chat":
+        head, items = [tools], body.get("messages") or []
+    else:
+        head = [body.get("instructions"), tools]
+        raw = body.get("input")
+        items = raw if isinstance(raw, list) else [{"role": "user", "content": raw}]
+    return json.dumps(head, sort_keys=True), [_unmarked(i) for i in items]
+
+
+def mark_places(body: Mapping[str, Any]) -> frozenset[tuple[str, int, int]]:
+    """Where a Messages body carries marks: (`tools` / `system`, index, 0) per marked tool or
+    system block, (`messages`, n, k) for block k from the end of message n from the end (so
+    places stay comparable when the proxy splices a recall exchange in earlier)."""
+    out: set[tuple[str, int, int]] = set()
+    for part in ("tools", "system"):
+        blocks = body.get(part)
+        if isinstance(blocks, list):
+            out.update(
+                (part, i, 0)
+                for i, b in enumerate(blocks)
+                if isinstance(b, Mapping) and b.get("cache_control")
+            )
+    messages = body.get("messages") or []
+    for n, message in enumerate(reversed(messages)):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list):
+            out.update(
+                ("messages", n, k)
+                for k, b in enumerate(reversed(content))
+                if isinstance(b, Mapping) and b.get("cache_control")
+            )
+    return frozenset(out)
+
+
+def client_requests(thread: list[ReplayRecord]) -> list[ReplayRecord]:
+    """The thread's upstream requests that carry a client request: the proxy's follow-up
+    after a reply whose only calls were recalls is its own."""
+    out: list[ReplayRecord] = []
+    for k, record in enumerate(thread):
+        before = thread[k - 1].reply.tool_calls if k else ()
+        if before and all(c.name == "recall" for c in before):
+            continue
+        out.append(record)
+    return out
+
+
+def prefix_breaks(api: str, thread: list[ReplayRecord]) -> list[int]:
+    """Indexes where a request does not start with the previous one's items (marks aside)."""
+    out: list[int] = []
+    for k in range(1, len(thread)):
+        head_a, items_a = _head_and_items(api, thread[k - 1].body)
+        head_b, items_b = _head_and_items(api, thread[k].body)
+        if head_a != head_b or items_b[: len(items_a)] != items_a:
+            out.append(k)
+    return out
+
+
+def executed_tools(api: str, body: Mapping[str, Any], repo: str) -> list[tuple[str, str]]:
+    """(name, arguments) of the task's tool calls in the last request (recall left out), the
+    scratch repository's path written `<repo>` (each run has its own)."""
+    found: list[tuple[str, str]] = []
+
+    def add(call_id: Any, name: Any, arguments: Any) -> None:
+        if isinstance(call_id, str) and "_cp_" in call_id and not call_id.endswith("_cp_recall"):
+            text = json.dumps(arguments, sort_keys=True).replace(repo, "<repo>")
+            found.append((str(name), text))
+
+    if api == "anthropic":
+        for message in body.get("messages") or []:
+            for block in message.get("content") or []:
+                if isinstance(block, Mapping) and block.get("type") == "tool_use":
+                    add(block.get("id"), block.get("name"), block.get("input"))
+    elif api == "chat":
+        for message in body.get("messages") or []:
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                add(
+                    call.get("id"),
+                    function.get("name"),
+                    json.loads(function.get("arguments") or "{}"),
+                )
+    else:
+        for item in body.get("input") or []:
+            if isinstance(item, Mapping) and item.get("type") == "function_call":
+                add(
+                    item.get("call_id"), item.get("name"), json.loads(item.get("arguments") or "{}")
+                )
+    return found
+
+
+def run_once(client: Client, mode: str, cache: Path) -> Outcome:
+    """Run `client` on a fresh copy of the task, straight or through the proxy."""
+    folder = cache / "runs" / client.name / mode
+    shutil.rmtree(folder, ignore_errors=True)
+    repo = make_repo(folder / "repo")
+    plan = PLANS[client.plan]
+    model = ScriptedModel(plan, str(repo))
+    rules = ProviderRules()
+    profile = client.profile or PROFILES[client.api]
+    provider = ReplayProvider(ReplayScript([]), profile, responder=model, rules=rules)
+    metrics: dict[str, Any] = {}
+    proxy_log = ""
+    with provider:
+        upstream = provider.base_url.removesuffix("/v1")
+        if mode == "proxied":
+            with running_proxy(upstream, profile, folder) as root:
+                run = client.run(cache, root, repo, folder / "home")
+                metrics = _metrics(root)
+            proxy_log = (folder / "proxy.log").read_text()
+        else:
+            run = client.run(cache, upstream, repo, folder / "home")
+    records = provider.records
+    requests = cache / "requests"
+    requests.mkdir(parents=True, exist_ok=True)
+    provider.write_log(requests / f"{client.name}-{mode}.jsonl")
+    thread = [r for r in records if plan.tools <= _tool_names(r.body)]
+    if thread:
+        first = json.dumps(thread[0].body, indent=1)
+        (requests / f"{client.name}-{mode}-first.json").write_text(first)
+    threads = (metrics.get("threads") or {}).values()
+    maintenance = sum(len(t.get("epochs") or []) for t in threads)
+    module = repo / MODULE_PATH
+    return Outcome(
+        client=client.name,
+        mode=mode,
+        run=run,
+        records=records,
+        refusals=list(rules.refusals),
+        files=snapshot(repo),
+        edited=EDIT_NEW in module.read_text(encoding="utf-8"),
+        executed=executed_tools(client.api, thread[-1].body, str(repo)) if thread else [],
+        breaks=prefix_breaks(client.api, thread),
+        marks=[mark_places(r.body) for r in client_requests(thread)]
+        if client.api == "anthropic"
+        else [],
+        maintenance=maintenance,
+        recalls=model.recalls,
+        proxy_recalls=sum(int(t.get("recalls") or 0) for t in threads),
+        proxy_log=proxy_log,
+    )
+
+
+def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
+    """The checks of one client's two runs."""
+    verdict = Verdict(client, straight, proxied)
+    fail = verdict.failures.append
+    for outcome in (straight, proxied):
+        tag = outcome.mode
+        if outcome.run.returncode != 0:
+            fail(f"{tag}: exit status {outcome.run.returncode}: {outcome.run.log[-800:]}")
+        if outcome.refusals:
+            fail(
+                f"{tag}: the upstream refused {len(outcome.refusals)} request(s): "
+                f"{outcome.refusals[0]}"
+            )
+        if outcome.run.answer.strip() != FINAL_ANSWER:
+            fail(f"{tag}: final answer {outcome.run.answer[:200]!r}")
+        if not outcome.edited:
+            fail(f"{tag}: {MODULE_PATH} was not edited")
+        if len(outcome.executed) < len(STEPS):
+            fail(f"{tag}: {len(outcome.executed)} of {len(STEPS)} task steps reached the upstream")
+    if straight.executed != proxied.executed:
+        fail(f"different tools executed: {straight.executed} vs {proxied.executed}")
+    if straight.files != proxied.files:
+        changed = sorted(
+            k
+            for k in straight.files.keys() | proxied.files.keys()
+            if straight.files.get(k) != proxied.files.get(k)
+        )
+        fail(f"different files at the end: {changed}")
+    if proxied.proxy_recalls != proxied.recalls:
+        fail(
+            f"the model called recall {proxied.recalls} time(s), the proxy answered "
+            f"{proxied.proxy_recalls} (the client must never see a recall call)"
+        )
+    # The straight run's upstream requests are the client's own: each of its marks must reach
+    # the upstream on the same block through the proxy (which may add marks, never move one).
+    if len(straight.marks) != len(proxied.marks):
+        fail(f"{len(straight.marks)} client requests straight, {len(proxied.marks)} proxied")
+    for k, (own, seen) in enumerate(zip(straight.marks, proxied.marks, strict=False)):
+        if not own <= seen:
+            fail(f"request {k}: the client's marks {sorted(own - seen)} did not reach the upstream")
+            break
+    allowed = len(straight.breaks) + proxied.maintenance
+    if len(proxied.breaks) > allowed:
+        fail(
+            f"proxied prefix broke at requests {proxied.breaks} ({proxied.maintenance} maintenance "
+            f"points, {len(straight.breaks)} breaks straight)"
+        )
+    return verdict
+
+
+def _row(v: Verdict) -> list[str]:
+    s, p = v.straight, v.proxied
+    ratio = p.input_tokens / s.input_tokens if s.input_tokens else 0.0
+    return [
+        v.client.name,
+        v.client.api,
+        f"{len(s.records)} / {len(p.records)}",
+        f"{s.input_tokens:,} / {p.input_tokens:,}",
+        f"{1 - ratio:.1%}",
+        f"{p.body_bytes / s.body_bytes:.2f}x" if s.body_bytes else "-",
+        f"{s.prefix_share:.1%} / {p.prefix_share:.1%}",
+        f"{len(p.breaks)} ({p.maintenance})",
+        str(p.recalls),
+        "pass" if v.passed else "FAIL",
+    ]
+
+
+HEADER = [
+    "client",
+    "API",
+    "requests straight / proxied",
+    "input tokens straight / proxied",
+    "input saving",
+    "bytes proxied/straight",
+    "prefix share straight / proxied",
+    "prefix breaks (maintenance)",
+    "recalls",
+    "result",
+]
+
+
+def table(verdicts: list[Verdict]) -> str:
+    """The results as a Markdown table."""
+    rows = [HEADER, ["---"] * len(HEADER), *(_row(v) for v in verdicts)]
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+
+
+def write_docs(path: Path, verdicts: list[Verdict], command: str) -> None:
+    """Regenerate the results section of docs/real-clients.md."""
+    versions = ", ".join(
+        VERSIONS.get(v.client.name, "") for v in verdicts if v.client.name in VERSIONS
+    )
+    marker = "<!-- results -->"
+    text = path.read_text(encoding="utf-8") if path.is_file() else f"{marker}\n"
+    head = text.split(marker, 1)[0]
+    body = (
+        f"{marker}\n\nProduced by `{command}` ({time.strftime('%Y-%m-%d', time.gmtime())}; "
+        f"{versions}; Python clients openai and anthropic from the project's lock).\n\n"
+        f"{table(verdicts)}\n"
+    )
+    path.write_text(head + body, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the suite; see the module docstring for the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--clients", default=",".join(CLIENTS), help="comma-separated client names")
+    parser.add_argument(
+        "--skip-unreachable",
+        action="store_true",
+        help="exit 0 with a message when a registry cannot be reached",
+    )
+    parser.add_argument("--docs", type=Path, help="write the results table into this Markdown page")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=CACHE,
+        help="folder for the installed clients, the runs and the request logs "
+        "(default .cache/real_clients, ignored by git)",
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="clients run side by side (default 2)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    names = [n.strip() for n in args.clients.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CLIENTS]
+    if unknown:
+        parser.error(f"unknown clients {unknown}; known: {', '.join(CLIENTS)}")
+    verdicts: list[Verdict] = []
+    skipped: list[str] = []
+
+    def both_runs(client: Client) -> tuple[Verdict, float]:
+        started = time.monotonic()
+        straight = run_once(client, "straight", args.cache)
+        proxied = run_once(client, "proxied", args.cache)
+        return judge(client, straight, proxied), time.monotonic() - started
+
+    # Clients run side by side (each has its own upstream, proxy, ports and folders).
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [(name, pool.submit(both_runs, CLIENTS[name])) for name in names]
+        for name, future in futures:
+            try:
+                verdict, seconds = future.result()
+            except RegistryUnreachableError as exc:
+                skipped.append(f"{name}: skipped, {exc}")
+                print(skipped[-1], flush=True)
+                continue
+            except InstallError as exc:
+                if not args.skip_unreachable:
+                    raise
+                skipped.append(f"{name}: skipped, could not be installed: {exc}")
+                print(skipped[-1], flush=True)
+                continue
+            verdicts.append(verdict)
+            status = "pass" if verdict.passed else "FAIL"
+            print(f"{name}: {status} in {seconds:.0f} s", flush=True)
+            for failure in verdict.failures:
+                print(f"  - {failure}", flush=True)
+    if verdicts:
+        print(table(verdicts))
+    if args.docs and verdicts:
+        command = (
+            "uv run python benchmarks/real_clients/run.py"
+            + (f" --clients {args.clients}" if args.clients != ",".join(CLIENTS) else "")
+            + f" --docs {args.docs}"
+        )
+        write_docs(args.docs, verdicts, command)
+    if any(not v.passed for v in verdicts):
+        return 1
+    if skipped and not args.skip_unreachable:
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
