@@ -287,12 +287,18 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
             unmarked_sent,
         )
 
+    def _shown_inputs(
+        self, request: ModelRequest[Any], thread: str, core: list[Message]
+    ) -> tuple[list[Message], frozenset[str]]:
+        """The transcript to reduce and the call ids shown as they are (results a
+        `ContextEditingMiddleware` listed before this one cleared stay as cleared)."""
+        return core, frozenset(natively_cleared(request.messages))
+
     def _prepare(self, request: ModelRequest[Any]) -> Prepared:
         thread, new_scope, recall, core = self._inputs(request)
         system = system_text(request.system_message)
         schemas = [tool_schema(t) for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
-        # Results a ContextEditingMiddleware listed before this one cleared stay as cleared.
-        native = natively_cleared(request.messages)
+        core, native = self._shown_inputs(request, thread, core)
         shown = self.pilot.reduce_results(core, thread, recall=recall, native=native)
         result = self.pilot.prepare(
             system, shown, schemas, thread, now=self._clock(), recall=recall
@@ -312,8 +318,7 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         thread, new_scope, recall, core = self._inputs(request)
         system = system_text(request.system_message)
         schemas = [tool_schema(t) for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
-        # Results a ContextEditingMiddleware listed before this one cleared stay as cleared.
-        native = natively_cleared(request.messages)
+        core, native = self._shown_inputs(request, thread, core)
         shown = await self.pilot.areduce_results(core, thread, recall=recall, native=native)
         result = await self.pilot.aprepare(
             system, shown, schemas, thread, now=self._clock(), recall=recall
