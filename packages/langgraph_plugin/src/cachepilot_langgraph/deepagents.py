@@ -13,17 +13,19 @@ arrives too late: deepagents moves every tool output over its eviction limit (80
 characters) to its virtual filesystem before a user middleware sees it, leaving a preview
 without the lines that matter; its summarization counts the raw history, not what the model
 reads; and its default general-purpose subagent never gets user middleware. The recipe
-(`DeepAgentCachePilotMiddleware`, placed by `create_cachepilot_deep_agent`) uses deepagents'
-public extension points only:
+(`create_cachepilot_deep_agent`) uses deepagents' public extension points only:
 
-* it takes the `SummarizationMiddleware` slot (deepagents replaces a core middleware by
-  name): cachepilot's folds manage the context in place of deepagents' summary, and
-  deepagents hands the slot's middleware to the default general-purpose subagent and every
-  declarative `SubAgent` too;
-* in that slot it sits inside `FilesystemMiddleware`, so it ingests each tool output before
+* `DeepAgentCachePilotMiddleware` goes among the caller's middleware (last, unless the caller
+  lists it), so it orders with them as `CachePilotMiddleware` does in `create_agent`; there
+  it sits inside deepagents' `FilesystemMiddleware`, so it ingests each tool output before
   deepagents evicts it: graph state, `state["files"]` and the run's messages stay exactly as
   deepagents alone makes them (the preview, the file), while the model reads cachepilot's
   reduction of the original (error lines kept, the original recallable);
+* a second instance takes deepagents' `SummarizationMiddleware` slot (deepagents replaces a
+  core middleware by name): cachepilot's folds manage the context in place of a summary that
+  counts the raw history and reads the unreduced originals. deepagents hands that slot's
+  middleware to its default general-purpose subagent, where it does the whole job; in the
+  main agent it only serves `recall`. Each declarative `SubAgent` gets both roles too;
 * a graph that runs inside a tool call (a subagent) inherits its caller's `thread_id`; it
   gets a cachepilot thread of its own per invocation, so it never overwrites its caller's.
 """
@@ -34,13 +36,18 @@ import asyncio
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from deepagents import create_deep_agent
-from langchain.agents.middleware.types import ModelRequest
-from langchain_core.messages import ToolMessage
+from deepagents.middleware.subagents import GENERAL_PURPOSE_SUBAGENT
+from langchain.agents.middleware.types import (
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+)
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -95,34 +102,62 @@ def nested_scope(config: RunnableConfig | None) -> str | None:
 class DeepAgentCachePilotMiddleware(CachePilotMiddleware):
     """`CachePilotMiddleware` for `create_deep_agent` (see the module docstring).
 
-    Pass it in `middleware=` (it replaces deepagents' summarization by name) and in each
-    declarative subagent's `middleware`, or let `create_cachepilot_deep_agent` do both. The
-    same instance serves the main agent and its subagents; each subagent invocation is its
-    own cachepilot thread.
+    `create_cachepilot_deep_agent` builds and places the instances; build one yourself to
+    give a `CompiledSubAgent`'s graph the same pilot (`create_agent(...,
+    middleware=[DeepAgentCachePilotMiddleware(pilot)])`) or to choose its place among your
+    middleware.
 
     Args:
         pilot: the `CachePilot` (see `CachePilotMiddleware`).
+        slot: take deepagents' `SummarizationMiddleware` slot (named after it) instead of
+            the caller's place.
+        acts_for: agent names (`lc_agent_name`, the subagent's name) whose calls this
+            instance manages; None: every call. Elsewhere it passes calls through (a slot
+            instance still serves `recall`).
+        recall_tool: register the `recall` tool (False when another instance in the same
+            graph, the slot one, registers it).
         max_evicted: how many views of evicted outputs stay in memory (the archive keeps
             them all).
         **kwargs: the other `CachePilotMiddleware` arguments.
     """
 
     def __init__(
-        self, pilot: CachePilot | None = None, *, max_evicted: int = 4_096, **kwargs: Any
+        self,
+        pilot: CachePilot | None = None,
+        *,
+        slot: bool = False,
+        acts_for: Collection[str] | None = None,
+        recall_tool: bool = True,
+        max_evicted: int = 4_096,
+        **kwargs: Any,
     ) -> None:
         super().__init__(pilot, **kwargs)
         if max_evicted < 1:
             raise ValueError(f"max_evicted must be >= 1, got {max_evicted}")
+        if acts_for is not None and (
+            isinstance(acts_for, str) or not all(isinstance(a, str) for a in acts_for)
+        ):
+            raise ValueError("acts_for must be a collection of agent names, or None")
+        self._slot = slot
+        self._acts_for = None if acts_for is None else frozenset(acts_for)
         self._recall_tool = make_recall_tool(self.pilot, thread_of=self._recall_thread)
-        self.tools = [self._recall_tool] if self._offer_recall else []
+        self.tools = [self._recall_tool] if self._offer_recall and recall_tool else []
         self._evicted: OrderedDict[tuple[str, str], tuple[Message, Message]] = OrderedDict()
         self._evicted_lock = threading.Lock()
         self._max_evicted = max_evicted
 
     @property
     def name(self) -> str:
-        """`SummarizationMiddleware`: the deepagents slot this middleware takes."""
-        return SLOT
+        """`SummarizationMiddleware` for the slot instance, else `CachePilotMiddleware`."""
+        return SLOT if self._slot else super().name
+
+    def _acts(self) -> bool:
+        """Whether this call belongs to an agent this instance manages."""
+        if self._acts_for is None:
+            return True
+        config = current_config() or {}
+        agent = (config.get("metadata") or {}).get("lc_agent_name")
+        return isinstance(agent, str) and agent in self._acts_for
 
     # --- scope ---------------------------------------------------------------------------------
 
@@ -194,6 +229,8 @@ class DeepAgentCachePilotMiddleware(CachePilotMiddleware):
         """Run the tool; ingest its output before deepagents' eviction sees it (the result
         itself goes on unchanged)."""
         result = handler(request)
+        if not self._acts():
+            return result
         try:
             self._ingest_now(request, result)
         except Exception:  # the agent's run never depends on it
@@ -207,11 +244,33 @@ class DeepAgentCachePilotMiddleware(CachePilotMiddleware):
     ) -> ToolResult:
         """Async twin of `wrap_tool_call`."""
         result = await handler(request)
+        if not self._acts():
+            return result
         try:
             await asyncio.to_thread(self._ingest_now, request, result)
         except Exception:
             logger.warning("tool-time ingestion failed; the model call ingests", exc_info=True)
         return result
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ExtendedModelResponse[Any]:
+        """`CachePilotMiddleware.wrap_model_call` for the agents this instance manages."""
+        if not self._acts():
+            return _passed(handler(request))
+        return super().wrap_model_call(request, handler)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ExtendedModelResponse[Any]:
+        """Async twin of `wrap_model_call`."""
+        if not self._acts():
+            return _passed(await handler(request))
+        return await super().awrap_model_call(request, handler)
 
     def _shown_inputs(
         self, request: ModelRequest[Any], thread: str, core: list[Message]
@@ -269,6 +328,15 @@ class DeepAgentCachePilotMiddleware(CachePilotMiddleware):
         return shown
 
 
+def _passed(result: object) -> ExtendedModelResponse[Any]:
+    """An inner handler's result as this middleware returns it (nothing added)."""
+    if isinstance(result, ExtendedModelResponse):
+        return result
+    if isinstance(result, AIMessage):
+        return ExtendedModelResponse(model_response=ModelResponse(result=[result]), command=None)
+    return ExtendedModelResponse(model_response=result, command=None)  # type: ignore[arg-type]
+
+
 def _found(request: ToolCallRequest, result: object) -> list[ToolMessage]:
     """The tool messages of `result` that answer this call."""
     call_id = request.tool_call.get("id")
@@ -300,21 +368,25 @@ def _evicts(message: Message, key: str, files: object) -> bool:
 
 
 def with_pilot(
-    subagents: Sequence[Mapping[str, Any]] | None, middleware: DeepAgentCachePilotMiddleware
+    subagents: Sequence[Mapping[str, Any]] | None, pilot: CachePilot, **kwargs: Any
 ) -> list[Any]:
-    """`subagents` with `middleware` added to each declarative `SubAgent` spec (compiled and
-    async subagents are passed through: build a `CompiledSubAgent`'s graph with the same
-    middleware)."""
+    """`subagents` with the pilot in each declarative `SubAgent` spec: a slot instance in
+    place of deepagents' summarization (serving `recall`) and an instance after the spec's
+    own middleware. Compiled and async subagents are passed through: build a
+    `CompiledSubAgent`'s graph with `DeepAgentCachePilotMiddleware(pilot)`; a spec that fills
+    the slot itself is kept as it is."""
+    slot = DeepAgentCachePilotMiddleware(pilot, slot=True, acts_for=(), **kwargs)
+    full = DeepAgentCachePilotMiddleware(pilot, recall_tool=False, **kwargs)
     out: list[Any] = []
     for spec in subagents or ():
         if "runnable" in spec or "graph_id" in spec:
             out.append(spec)
             continue
         own = list(spec.get("middleware") or [])
-        if any(getattr(m, "name", None) == SLOT for m in own):
-            out.append(spec)  # the spec fills the slot itself
+        if any(getattr(m, "name", None) in (SLOT, full.name) for m in own):
+            out.append(spec)
             continue
-        out.append({**spec, "middleware": [middleware, *own]})
+        out.append({**spec, "middleware": [slot, *own, full]})
     return out
 
 
@@ -332,30 +404,44 @@ def create_cachepilot_deep_agent(
     Args:
         model: as for `create_deep_agent`.
         tools: as for `create_deep_agent`.
-        pilot: a `CachePilot`, or a `DeepAgentCachePilotMiddleware` already built (e.g. one
-            also given to a `CompiledSubAgent`'s graph); `CachePilot()` when omitted.
+        pilot: a `CachePilot` (`CachePilot()` when omitted), or a
+            `DeepAgentCachePilotMiddleware` to use as the main agent's instance: list it in
+            `middleware` to choose its place (else it goes last).
         middleware: the caller's middleware (as for `create_deep_agent`).
         subagents: as for `create_deep_agent`; each declarative `SubAgent` gets the pilot.
         **deep_agent_kwargs: every other `create_deep_agent` argument.
 
     Raises:
-        ValueError: when `middleware` already fills the `SummarizationMiddleware` slot.
+        ValueError: when `middleware` already fills the `SummarizationMiddleware` slot or
+            holds another `CachePilotMiddleware`.
     """
     if any(getattr(m, "name", None) == SLOT for m in middleware):
         raise ValueError(
-            f"middleware already holds a {SLOT}: cachepilot takes that slot in a deep agent; "
-            "pass DeepAgentCachePilotMiddleware in middleware= yourself instead"
+            f"middleware already holds a {SLOT}: cachepilot takes that slot in a deep agent"
         )
-    cachepilot = (
-        pilot
-        if isinstance(pilot, DeepAgentCachePilotMiddleware)
-        else DeepAgentCachePilotMiddleware(pilot)
+    if isinstance(pilot, DeepAgentCachePilotMiddleware):
+        if pilot.name == SLOT:
+            raise ValueError("pass the main agent's instance, not a slot instance")
+        main = pilot
+    else:
+        main = DeepAgentCachePilotMiddleware(pilot, recall_tool=False)
+    clash = [m for m in middleware if isinstance(m, CachePilotMiddleware) and m is not main]
+    if clash:
+        raise ValueError(
+            "middleware holds its own CachePilotMiddleware; pass its pilot as pilot= instead"
+        )
+    gp = str(GENERAL_PURPOSE_SUBAGENT["name"])
+    slot = DeepAgentCachePilotMiddleware(
+        main.pilot, slot=True, acts_for=(gp,), namespace=main.namespace, clock=main.clock
     )
+    if main.tools:  # the slot instance serves recall in the main agent
+        main.tools = []
+    placed = list(middleware) if main in middleware else [*middleware, main]
     agent: CompiledStateGraph[Any, Any, Any, Any] = create_deep_agent(
         model,
         tools,
-        middleware=[cachepilot, *middleware],
-        subagents=with_pilot(subagents, cachepilot),
+        middleware=[slot, *placed],
+        subagents=with_pilot(subagents, main.pilot, namespace=main.namespace, clock=main.clock),
         **deep_agent_kwargs,
     )
     return agent

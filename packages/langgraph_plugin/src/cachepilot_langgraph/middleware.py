@@ -179,6 +179,11 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         """Middleware name (unique per agent)."""
         return "CachePilotMiddleware"
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The time source of the cold-cache rule."""
+        return self._clock
+
     # --- scope ---------------------------------------------------------------------------------
 
     def _thread(
