@@ -67,6 +67,7 @@ from cachepilot_langgraph.convert import (
     tool_name_of,
     tool_schema,
 )
+from cachepilot_langgraph.evicted import EvictedViews
 from cachepilot_langgraph.native import mark_stubs, natively_cleared
 from cachepilot_langgraph.recall_tool import make_recall_tool
 from cachepilot_langgraph.state import (
@@ -173,6 +174,7 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         self._ephemeral: OrderedDict[str, None] = OrderedDict()
         self._ephemeral_lock = threading.Lock()
         self._max_ephemeral = max_ephemeral_scopes
+        self._evicted = EvictedViews()
 
     @property
     def name(self) -> str:
@@ -295,9 +297,13 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
     def _shown_inputs(
         self, request: ModelRequest[Any], thread: str, core: list[Message]
     ) -> tuple[list[Message], frozenset[str]]:
-        """The transcript to reduce and the call ids shown as they are (results a
-        `ContextEditingMiddleware` listed before this one cleared stay as cleared)."""
-        return core, frozenset(natively_cleared(request.messages))
+        """The transcript to reduce and the call ids shown as they are: results a
+        `ContextEditingMiddleware` listed before this one cleared stay as cleared; results a
+        host moved to its virtual filesystem (deepagents) carry the view of their file."""
+        native = frozenset(natively_cleared(request.messages))
+        state = request.state if isinstance(request.state, Mapping) else {}
+        core, evicted = self._evicted.apply(self.pilot, thread, core, state)
+        return core, native | evicted
 
     def _prepare(self, request: ModelRequest[Any]) -> Prepared:
         thread, new_scope, recall, core = self._inputs(request)
