@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("deepagents")
 
@@ -28,6 +31,7 @@ from lg_scripted import REF, ScriptedChatModel, command_log, tool_call
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.messages import Message, ToolCall
 from cachepilot_langgraph import CachePilotMiddleware
 from cachepilot_langgraph.deepagents import (
     SLOT,
@@ -35,6 +39,7 @@ from cachepilot_langgraph.deepagents import (
     create_cachepilot_deep_agent,
     nested_scope,
 )
+from cachepilot_langgraph.evicted import EvictedViews, evicted_file_name
 
 ERROR_LINE = "ERROR: undefined reference to `frobnicate' in unit 03217"
 SECRET = "sk-live-0123456789abcdef"
@@ -379,3 +384,30 @@ def test_deepagents_alone_shows_a_preview_without_the_error_line() -> None:
     after = [r for r in model.requests if "/large_tool_results/" in _tool_texts(r)]
     assert after
     assert all(ERROR_LINE not in _tool_texts(r) for r in after)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1, max_size=200))
+def test_the_evicted_file_name_is_deepagents_own(call_id: str) -> None:
+    # Fails loudly when deepagents names its evicted files another way.
+    from deepagents.backends.utils import sanitize_tool_call_id
+
+    assert evicted_file_name(call_id) == sanitize_tool_call_id(call_id)
+
+
+def test_a_result_naming_another_calls_file_is_not_replaced() -> None:
+    pilot = _pilot()
+    views = EvictedViews()
+    core = [
+        Message("assistant", "", tool_calls=(ToolCall("c1", "build", "{}"),)),
+        Message("tool", "see /large_tool_results/c2", tool_call_id="c1"),
+    ]
+    files = {"/large_tool_results/c2": {"content": BUILD_LOG, "encoding": "utf-8"}}
+    shown, ids = views.apply(pilot, "t", core, {"files": files})
+    assert shown == core and not ids
+    own = [core[0], replace(core[1], content="saved to /large_tool_results/c1")]
+    files["/large_tool_results/c1"] = {"content": BUILD_LOG, "encoding": "utf-8"}
+    shown, ids = views.apply(pilot, "t", own, {"files": files})
+    assert ids == {"c1"} and ERROR_LINE in str(shown[1].content)
+    again, _ = views.apply(pilot, "t", own, {"files": files})
+    assert again[1] is shown[1]  # the same object on every call: the prefix stays cached
