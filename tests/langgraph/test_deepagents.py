@@ -411,3 +411,51 @@ def test_a_result_naming_another_calls_file_is_not_replaced() -> None:
     assert ids == {"c1"} and ERROR_LINE in str(shown[1].content)
     again, _ = views.apply(pilot, "t", own, {"files": files})
     assert again[1] is shown[1]  # the same object on every call: the prefix stays cached
+
+
+def _long_script() -> Callable[[list[BaseMessage], int], AIMessage]:
+    steps = iter(range(10_000))
+
+    def respond(messages: list[BaseMessage], i: int) -> AIMessage:
+        if len(messages) == 1 and messages[0].content != "long":
+            return AIMessage(content="summary of the work so far")  # deepagents' summary call
+        step = next(steps)
+        if step < 16:
+            return tool_call("run_command", {"command": f"make step{step}"}, i)
+        return AIMessage(content="done")
+
+    return respond
+
+
+def _long(kind: str) -> tuple[dict[str, Any], ScriptedChatModel]:
+    model = ScriptedChatModel(responder=_long_script(), profile={"max_input_tokens": 40_000})
+    if kind == "alone":
+        agent = create_deep_agent(model, TOOLS, checkpointer=InMemorySaver())
+    elif kind == "plain":
+        agent = create_deep_agent(
+            model, TOOLS, middleware=[CachePilotMiddleware(_pilot())], checkpointer=InMemorySaver()
+        )
+    else:
+        agent = create_cachepilot_deep_agent(
+            model, TOOLS, pilot=_pilot(), checkpointer=InMemorySaver()
+        )
+    return agent.invoke({"messages": [HumanMessage("long")]}, _config()), model
+
+
+def _summary_calls(model: ScriptedChatModel) -> int:
+    return sum(not r["tools"] for r in model.requests)
+
+
+def test_cachepilot_folds_in_place_of_a_summary_that_counts_the_raw_history() -> None:
+    alone_state, alone = _long("alone")
+    plain_state, plain = _long("plain")
+    recipe_state, recipe = _long("recipe")
+    # deepagents counts the raw history: it summarizes with or without the plain middleware,
+    # and its summarizing call reads the unreduced outputs.
+    assert _summary_calls(alone) >= 1
+    assert _summary_calls(plain) == _summary_calls(alone)
+    # The recipe never summarizes; what the model reads stays far below the window.
+    assert _summary_calls(recipe) == 0
+    assert max(u.input_tokens for u in recipe.usages) < 0.85 * 40_000
+    assert _shape(recipe_state) == _shape(alone_state) == _shape(plain_state)
+    assert sum(u.input_tokens for u in recipe.usages) < sum(u.input_tokens for u in alone.usages)
