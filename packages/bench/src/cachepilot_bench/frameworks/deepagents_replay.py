@@ -33,12 +33,14 @@ from deepagents.middleware.summarization import (
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import BaseMessage, HumanMessage, get_buffer_string
 from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.sim import get_profile
 from cachepilot.tokens import get_counter
+from cachepilot.usage import Usage
 from cachepilot_bench.calibrate import estimate_hidden_prefix
 from cachepilot_bench.frameworks.langgraph_replay import (
     AgentReplay,
@@ -97,8 +99,6 @@ class _Summarizer:
 
     @property
     def usd(self) -> float:
-        from cachepilot.usage import Usage
-
         usage = Usage(input_tokens=self.tokens, cached_tokens=0, output_tokens=0)
         return get_profile(self._profile).cost(usage).input_usd
 
@@ -114,8 +114,6 @@ def replay_deep_session(
 
     Never raises for a session the agent cannot follow: the error is in the result.
     """
-    from langchain_openai import ChatOpenAI
-
     result = DeepAgentReplay(session.id, session.source, variant)
     script = ReplayScript.from_session(session)
     if not script.prompts or script.prompts[0][0] != 0:
