@@ -18,7 +18,7 @@ from cachepilot.reduce.memory import canonical_args
 from cachepilot.reduce.passes.size import unarchived_preview
 from cachepilot.reduce.stubs import invalid_utf8_note, pointer, recall_call
 from cachepilot.refs import make_ref
-from cachepilot.views import views_meta
+from cachepilot.views import view_key, views_meta
 
 if TYPE_CHECKING:
     from cachepilot.compress.observation import Compressed
@@ -285,6 +285,54 @@ class Ingestion(PilotBase):
     ) -> str:
         """Async twin of `ingest` (runs the work in a worker thread)."""
         return await asyncio.to_thread(self.ingest, tool_name, args, output, call_id, thread)
+
+    def ingest_view(
+        self,
+        tool_name: str,
+        args: Mapping[str, Any] | str | None,
+        output: str,
+        call_id: str,
+        thread: str = "default",
+        *,
+        alias: str | None = None,
+    ) -> str:
+        """Ingest one text result now, as `reduce_results` does on first sight of it.
+
+        A later `reduce_results` over a transcript holding this exact result shows the same
+        view without reducing again (for a host that rewrites results after its tools ran
+        but before its model call). Returns the view key; `alias`, when given, is recorded in
+        `PilotState.views` as pointing at that key (see `view_of`).
+        """
+        check_pilot_thread(thread)
+        key = view_key(Message(role="tool", content=output, tool_call_id=call_id))
+        state = self.state(thread)
+        if key not in state.views:
+            report = self.ingest_report(tool_name, args, output, call_id, thread)
+            ref = ""
+            if report.text != output:
+                ref = self.store.put(
+                    thread,
+                    report.text,
+                    meta=views_meta(key, report.ref, call_id),
+                    media_type="text/plain; charset=utf-8",
+                )
+            with self._lock:
+                state.views[key] = ref
+                state.revision += 1
+        if alias is not None:
+            with self._lock:
+                state.views[alias] = key
+                state.revision += 1
+        return key
+
+    def view_of(self, thread: str, alias: str) -> tuple[str, str] | None:
+        """(view key, view ref) recorded under `alias` by `ingest_view`; the ref is `""` when
+        the model reads the result unchanged. None when unknown."""
+        views = self.state(thread).views
+        key = views.get(alias)
+        if key is None or key not in views:
+            return None
+        return key, views[key]
 
     def reduce_results(
         self,

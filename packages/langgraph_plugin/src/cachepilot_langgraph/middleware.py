@@ -67,6 +67,7 @@ from cachepilot_langgraph.convert import (
     tool_name_of,
     tool_schema,
 )
+from cachepilot_langgraph.evicted import EvictedViews
 from cachepilot_langgraph.native import mark_stubs, natively_cleared
 from cachepilot_langgraph.recall_tool import make_recall_tool
 from cachepilot_langgraph.state import (
@@ -173,11 +174,17 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         self._ephemeral: OrderedDict[str, None] = OrderedDict()
         self._ephemeral_lock = threading.Lock()
         self._max_ephemeral = max_ephemeral_scopes
+        self._evicted = EvictedViews()
 
     @property
     def name(self) -> str:
         """Middleware name (unique per agent)."""
         return "CachePilotMiddleware"
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The time source of the cold-cache rule."""
+        return self._clock
 
     # --- scope ---------------------------------------------------------------------------------
 
@@ -287,12 +294,22 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
             unmarked_sent,
         )
 
+    def _shown_inputs(
+        self, request: ModelRequest[Any], thread: str, core: list[Message]
+    ) -> tuple[list[Message], frozenset[str]]:
+        """The transcript to reduce and the call ids shown as they are: results a
+        `ContextEditingMiddleware` listed before this one cleared stay as cleared; results a
+        host moved to its virtual filesystem (deepagents) carry the view of their file."""
+        native = frozenset(natively_cleared(request.messages))
+        state = request.state if isinstance(request.state, Mapping) else {}
+        core, evicted = self._evicted.apply(self.pilot, thread, core, state)
+        return core, native | evicted
+
     def _prepare(self, request: ModelRequest[Any]) -> Prepared:
         thread, new_scope, recall, core = self._inputs(request)
         system = system_text(request.system_message)
         schemas = [tool_schema(t) for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
-        # Results a ContextEditingMiddleware listed before this one cleared stay as cleared.
-        native = natively_cleared(request.messages)
+        core, native = self._shown_inputs(request, thread, core)
         shown = self.pilot.reduce_results(core, thread, recall=recall, native=native)
         result = self.pilot.prepare(
             system, shown, schemas, thread, now=self._clock(), recall=recall
@@ -312,8 +329,7 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         thread, new_scope, recall, core = self._inputs(request)
         system = system_text(request.system_message)
         schemas = [tool_schema(t) for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
-        # Results a ContextEditingMiddleware listed before this one cleared stay as cleared.
-        native = natively_cleared(request.messages)
+        core, native = self._shown_inputs(request, thread, core)
         shown = await self.pilot.areduce_results(core, thread, recall=recall, native=native)
         result = await self.pilot.aprepare(
             system, shown, schemas, thread, now=self._clock(), recall=recall

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -20,7 +20,7 @@ from cachepilot.recall import (
 )
 from cachepilot_langgraph.state import SCOPE_KEY, configured_thread, scoped
 
-__all__ = ["make_recall_tool", "recall_thread"]
+__all__ = ["ThreadResolver", "make_recall_tool", "recall_thread"]
 
 
 def _config() -> RunnableConfig | None:
@@ -66,12 +66,28 @@ def recall_thread(
     return scoped(f"run-{uuid.uuid4().hex}", namespace)
 
 
-def make_recall_tool(pilot: CachePilot, *, namespace: str | None = None) -> BaseTool:
+ThreadResolver = Callable[[RunnableConfig | None, object], str]
+"""`(config, graph state) -> thread` of a recall (a middleware that scopes threads its own way)."""
+
+
+def make_recall_tool(
+    pilot: CachePilot,
+    *,
+    namespace: str | None = None,
+    thread_of: ThreadResolver | None = None,
+) -> BaseTool:
     """A tool named `recall` serving `pilot.recall` for the running thread.
 
     The thread is the LangGraph `thread_id` of the run that calls it (prefixed by
     `namespace`), else the run's own scope, so one thread can never read another's artifacts.
+    `thread_of`, when given, resolves the thread instead (it must agree with the middleware
+    that archived the originals).
     """
+
+    def resolve(state: object) -> str:
+        if thread_of is not None:
+            return thread_of(_config(), state)
+        return recall_thread(_config(), state, namespace, pilot)
 
     def run(
         ref: str,
@@ -81,7 +97,7 @@ def make_recall_tool(pilot: CachePilot, *, namespace: str | None = None) -> Base
         runtime: ToolRuntime | None = None,
     ) -> str:
         state = runtime.state if runtime is not None else None
-        thread = recall_thread(_config(), state, namespace, pilot)
+        thread = resolve(state)
         return pilot.recall(str(ref), lines, grep, _max_chars(max_chars), thread=thread)
 
     async def arun(
@@ -92,7 +108,7 @@ def make_recall_tool(pilot: CachePilot, *, namespace: str | None = None) -> Base
         runtime: ToolRuntime | None = None,
     ) -> str:
         state = runtime.state if runtime is not None else None
-        thread = recall_thread(_config(), state, namespace, pilot)
+        thread = resolve(state)
         return await pilot.arecall(str(ref), lines, grep, _max_chars(max_chars), thread=thread)
 
     return StructuredTool(

@@ -34,7 +34,15 @@ from cachepilot_bench.replay import ReplayProvider, ReplayScript
 from cachepilot_bench.traces import Session
 from cachepilot_langgraph.middleware import CachePilotMiddleware
 
-__all__ = ["AgentReplay", "PerCallSystemPrompt", "replay_session", "replay_tools"]
+__all__ = [
+    "AgentReplay",
+    "PerCallSystemPrompt",
+    "RecordedResults",
+    "invocations",
+    "prompt_due",
+    "replay_session",
+    "replay_tools",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +96,7 @@ def replay_tools(script: ReplayScript) -> list[BaseTool]:
     return [make(dict(s)) for s in script.tool_schemas()]
 
 
-class _RecordedResults(AgentMiddleware[Any, Any]):
+class RecordedResults(AgentMiddleware[Any, Any]):
     """Answers every tool call with the recorded output of the same call id."""
 
     def __init__(self, script: ReplayScript) -> None:
@@ -136,7 +144,7 @@ class PerCallSystemPrompt(AgentMiddleware[Any, Any]):
         return handler(request.override(system_message=SystemMessage(content=prompt)))
 
 
-def _invocations(script: ReplayScript) -> list[list[str]]:
+def invocations(script: ReplayScript) -> list[list[str]]:
     """User messages per `invoke`: the prompts recorded before the same turn, grouped."""
     groups: dict[int, list[str]] = {}
     for turn, message in script.prompts:
@@ -182,7 +190,7 @@ def replay_session(
                 config or Config(provider=provider_profile), store=InMemoryArtifactStore()
             )
             middleware.append(CachePilotMiddleware(pilot, clock=provider.clock))
-        middleware.append(_RecordedResults(script))
+        middleware.append(RecordedResults(script))
         agent = create_agent(
             llm,
             replay_tools(script),
@@ -195,13 +203,13 @@ def replay_session(
             "recursion_limit": 10_000,
         }
         try:
-            for texts in _invocations(script):
+            for texts in invocations(script):
                 if provider.remaining == 0:
                     break
                 agent.invoke({"messages": [HumanMessage(t) for t in texts]}, run_config)
                 # A recorded turn without tool calls followed by another turn (no user message
                 # between): ask again with the same history.
-                while provider.remaining and not _prompt_due(script, len(provider.records)):
+                while provider.remaining and not prompt_due(script, len(provider.records)):
                     agent.invoke({"messages": []}, run_config)
         except Exception as exc:  # the replay of a strange trace must not stop a benchmark
             logger.warning("session %s: %s", session.id, exc, exc_info=True)
@@ -229,5 +237,6 @@ def replay_session(
     return result
 
 
-def _prompt_due(script: ReplayScript, served: int) -> bool:
+def prompt_due(script: ReplayScript, served: int) -> bool:
+    """True when a recorded user message comes before the next turn to serve."""
     return any(turn == served for turn, _ in script.prompts)
