@@ -14,9 +14,11 @@ import time
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-__all__ = ["TABLE", "MemoryStateStore", "SQLiteStateStore", "StateStore"]
+__all__ = ["RESERVED_PREFIX", "TABLE", "MemoryStateStore", "SQLiteStateStore", "StateStore"]
 
 TABLE = "cachepilot_state"
+RESERVED_PREFIX = "cachepilot:"
+"""Document names starting with this are cachepilot's own (the proxy's secret), not threads."""
 
 
 @runtime_checkable

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -80,6 +81,26 @@ def add_proxy_parser(sub: Any) -> None:
         "--timeout", type=float, default=600.0, help="upstream timeout in seconds (default 600)"
     )
     p.add_argument("--no-metrics", action="store_true", help="do not serve GET /metrics")
+    p.add_argument(
+        "--metrics-per-thread",
+        action="store_true",
+        help="list each thread's totals in /metrics too (labelled by a salted digest)",
+    )
+    p.add_argument(
+        "--metrics-token",
+        metavar="TOKEN",
+        default=os.environ.get("CACHEPILOT_METRICS_TOKEN"),
+        help="answer /metrics only with 'Authorization: Bearer TOKEN' (default: "
+        "$CACHEPILOT_METRICS_TOKEN; none)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="a Host header value /metrics answers (repeatable; default: the bound address, "
+        "and localhost names on loopback)",
+    )
 
 
 def cmd_proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -107,6 +128,9 @@ def cmd_proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         recall=not args.no_recall,
         timeout=args.timeout,
         metrics=not args.no_metrics,
+        metrics_per_thread=args.metrics_per_thread,
+        metrics_token=args.metrics_token or None,
+        allowed_hosts=tuple(args.allowed_host),
     )
     out.write(
         f"cachepilot proxy on http://{config.host}:{config.port} -> {config.upstream} "

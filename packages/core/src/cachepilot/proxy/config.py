@@ -13,6 +13,15 @@ from cachepilot.sim import DEFAULT_PROFILE, get_profile
 __all__ = ["DEFAULT_THREAD_HEADER", "ProxyConfig"]
 
 DEFAULT_THREAD_HEADER = "x-cachepilot-thread"
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _host_name(value: str) -> str:
+    """The name part of a `Host` value (`[::1]:8787` -> `::1`, `a.b:80` -> `a.b`)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +43,14 @@ class ProxyConfig:
         recall: offer the `recall` tool (and reduce tool results) to clients that send tools.
         timeout: seconds to wait for the upstream (connect, each read, each write).
         max_recall_rounds: recall round trips answered per client request.
-        metrics: serve `GET /metrics` (per-thread totals as JSON).
+        metrics: serve `GET /metrics` (Prometheus text format: totals, no thread names).
+        metrics_per_thread: also list each thread's totals in `/metrics`, labelled by a
+            salted digest of the thread name (`cachepilot.proxy.secret`), never the name.
+        metrics_token: when set, `/metrics` answers only requests carrying
+            `Authorization: Bearer <token>` (for scraping from another host).
+        allowed_hosts: host names `/metrics` answers in the `Host` header (a web page
+            reaching the proxy through DNS rebinding sends its own host name); empty: the
+            bound address and, on loopback, `localhost`, `127.0.0.1` and `::1`.
         clock: the time source of the cost model (the wall clock; benchmarks replaying
             recorded sessions pass the recording's clock).
     """
@@ -50,6 +66,9 @@ class ProxyConfig:
     timeout: float = 600.0
     max_recall_rounds: int = 3
     metrics: bool = True
+    metrics_per_thread: bool = False
+    metrics_token: str | None = None
+    allowed_hosts: tuple[str, ...] = ()
     clock: Callable[[], float] = field(default=time.time, compare=False)
 
     def __post_init__(self) -> None:
@@ -76,6 +95,25 @@ class ProxyConfig:
             raise ValueError("max_recall_rounds must be in 0..16")
         if self.store is not None:
             object.__setattr__(self, "store", Path(self.store))
+        if self.metrics_token is not None and (
+            len(self.metrics_token) < 16 or not self.metrics_token.isprintable()
+        ):
+            raise ValueError("--metrics-token must be at least 16 printable characters")
+        hosts = tuple(h.strip().lower() for h in self.allowed_hosts)
+        if any(not h or any(c.isspace() for c in h) for h in hosts):
+            raise ValueError(f"invalid --allowed-host value in {self.allowed_hosts!r}")
+        object.__setattr__(self, "allowed_hosts", hosts)
+
+    def metrics_host_allowed(self, host: str) -> bool:
+        """Whether `/metrics` answers a request with this `Host` header (see `allowed_hosts`).
+
+        Only the name counts: a page reaching the port through DNS rebinding has the same port
+        and its own name.
+        """
+        names = set(map(_host_name, self.allowed_hosts)) or {_host_name(self.host)}
+        if not self.allowed_hosts and names & _LOOPBACK:
+            names |= _LOOPBACK
+        return _host_name(host) in names
 
     def target(self, path: str) -> str:
         """The upstream URL for a request path (`/v1/messages` → `<upstream>/v1/messages`)."""

@@ -24,13 +24,15 @@ import httpx
 from cachepilot.artifacts import SQLiteArtifactStore
 from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import ContentPart, Message, ToolCall
-from cachepilot.metrics import Metrics, call_metrics
+from cachepilot.metrics import call_metrics
 from cachepilot.pilot import CachePilot, Config
 from cachepilot.proxy.config import ProxyConfig
 from cachepilot.proxy.memory import ThreadMemory, Threads
 from cachepilot.proxy.pipeline import Pipeline, Prepared
+from cachepilot.proxy.prometheus import ProxyMetrics
 from cachepilot.proxy.recall import answer, recall_calls, strip_recall, without_recall
 from cachepilot.proxy.relay import Relay, add_usage, sse_bytes
+from cachepilot.proxy.secret import Secret, load_secret
 from cachepilot.proxy.threads import identify
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.state_store import SQLiteStateStore, StateStore
@@ -159,7 +161,9 @@ class ProxyEngine:
         self.pilot = pilot
         self.threads = Threads(pilot, state_store)
         self.pipeline = Pipeline(pilot, config)
-        self.metrics = Metrics()
+        self.metrics = ProxyMetrics(per_thread=config.metrics_per_thread)
+        self._secret: Secret | None = None
+        self._secret_lock = asyncio.Lock()
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
 
@@ -180,6 +184,19 @@ class ProxyEngine:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    async def secret(self) -> Secret:
+        """The store's secret (loaded, or created, on first use)."""
+        if self._secret is None:
+            async with self._secret_lock:
+                if self._secret is None:
+                    self._secret = await load_secret(self.threads.store)
+                    self.threads.label = self._secret.label
+        return self._secret
+
+    def label(self, thread: str) -> str:
+        """What logs and metrics show for a thread (a salted digest, never the name)."""
+        return self.threads.label(thread)
 
     # ------------------------------------------------------------------ entry point
 
@@ -216,6 +233,7 @@ class ProxyEngine:
             view,
             header=self.config.thread_header,
             scoped=self.config.key_scope,
+            secret=await self.secret(),
             previous=self.threads.responses,
         )
         memory = await self.threads.get(thread.name)
@@ -225,7 +243,7 @@ class ProxyEngine:
             except Exception:
                 logger.warning(
                     "thread %s: preparing the request failed; forwarding it unchanged",
-                    thread.name,
+                    self.label(thread.name),
                     exc_info=True,
                 )
                 return await self._passthrough(
@@ -411,7 +429,9 @@ class ProxyEngine:
                 )
             )
         except Exception:
-            logger.warning("thread %s: usage not recorded", prepared.thread, exc_info=True)
+            logger.warning(
+                "thread %s: usage not recorded", self.label(prepared.thread), exc_info=True
+            )
 
     # ------------------------------------------------------------------ streams
 
@@ -476,7 +496,9 @@ class ProxyEngine:
                             if out is not None:
                                 yield out
                 except (httpx.HTTPError, ValueError) as exc:
-                    logger.warning("thread %s: upstream stream broke off", prepared.thread)
+                    logger.warning(
+                        "thread %s: upstream stream broke off", self.label(prepared.thread)
+                    )
                     yield _stream_error(api, f"upstream stream broke off: {type(exc).__name__}")
                     return
                 for event in splitter.close():

@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cachepilot.messages import Message
@@ -29,6 +29,10 @@ logger = logging.getLogger(__name__)
 
 _PROXY_KEY = "proxy"
 """Key of the proxy's own part in a stored thread document (a `PilotState` ignores it)."""
+
+
+def _unnamed(_: str) -> str:
+    return "(unnamed)"
 
 
 class ThreadMemory:
@@ -75,6 +79,8 @@ class Threads:
         self._responses: OrderedDict[str, str] = OrderedDict()
         self._aliases: OrderedDict[str, str] = OrderedDict()
         self._lock = asyncio.Lock()
+        self.label: Callable[[str], str] = _unnamed
+        """What logs show for a thread name (the engine sets the store secret's label)."""
 
     async def get(self, name: str) -> ThreadMemory:
         """The memory of thread `name`, its stored state loaded on first use."""
@@ -93,7 +99,9 @@ class Threads:
             try:
                 saved = await self.store.load(name)
             except Exception:
-                logger.warning("thread %s: its stored state could not be read", name, exc_info=True)
+                logger.warning(
+                    "thread %s: its stored state could not be read", self.label(name), exc_info=True
+                )
                 saved = None
             if saved:
                 self._restore(found, saved)
@@ -106,7 +114,9 @@ class Threads:
             self.pilot.load_state(memory.name, data)
             memory.splices = Splices.from_json((proxy or {}).get("splices"))
         except Exception:
-            logger.warning("thread %s: ignoring an unreadable stored state", memory.name)
+            logger.warning(
+                "thread %s: ignoring an unreadable stored state", self.label(memory.name)
+            )
 
     async def save(self, memory: ThreadMemory) -> None:
         """Store the thread's pilot state and splices (failures are logged, never raised)."""
@@ -117,7 +127,9 @@ class Threads:
         try:
             await self.store.save(memory.name, json.dumps(doc, ensure_ascii=False))
         except Exception:
-            logger.warning("thread %s: its state could not be stored", memory.name, exc_info=True)
+            logger.warning(
+                "thread %s: its state could not be stored", self.label(memory.name), exc_info=True
+            )
 
     def remember_response(self, response_id: str, thread: str) -> None:
         """Note which thread a Responses id belongs to (for `previous_response_id`)."""
