@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -142,6 +143,26 @@ class PilotBase:
                 self.store.delete_thread(thread)
             except Exception:
                 logger.warning("thread %s: archived data not deleted", thread, exc_info=True)
+
+    def forget(self, thread: str) -> None:
+        """Forget a thread wherever the pilot keeps it: its live state, views and caches, and
+        its archived originals; a later recall of one of its refs says it was removed.
+
+        Unlike `drop_thread`, a store failure raises: the caller must know the data may remain.
+        Persisted copies of the state that belong to the framework (graph state, sessions,
+        the proxy's state store) are the caller's to delete.
+        """
+        self.drop_thread(thread, artifacts=False)
+        store = self.store
+        forget_thread = getattr(store, "forget_thread", None)
+        if callable(forget_thread):
+            forget_thread(thread)
+        else:  # a store of another kind: no tombstone, the artifacts go all the same
+            store.delete_thread(thread)
+
+    async def aforget(self, thread: str) -> None:
+        """Async twin of `forget`."""
+        await asyncio.to_thread(self.forget, thread)
 
     def export_state(self, thread: str = "default") -> dict[str, Any]:
         """A JSON-ready copy of a thread's state."""

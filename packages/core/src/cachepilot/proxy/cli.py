@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["add_proxy_parser", "cmd_proxy"]
+__all__ = ["add_forget_parser", "add_proxy_parser", "cmd_forget", "cmd_proxy"]
 
 _DESCRIPTION = """\
 Run an HTTP proxy that gives any agent cachepilot's savings without code changes: point the
@@ -138,4 +138,64 @@ def cmd_proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     )
     out.flush()
     serve(config)
+    return 0
+
+
+def add_forget_parser(sub: Any) -> None:
+    """Add the `forget` subcommand (a thread of a proxy's `--store`)."""
+    p = sub.add_parser(
+        "forget",
+        help="forget a thread of a proxy's --store: its state and archived originals",
+        description="Remove one thread from a proxy's --store: its stored state and every "
+        "archived original (a later recall of one of its refs answers that it was removed). "
+        "THREAD is the X-CachePilot-Thread value the client sent; with the proxy's key scope "
+        "(the default) name the API key through --api-key-env so the scoped name can be "
+        "derived with the store's secret, or pass the name `cachepilot inspect` lists with "
+        "--stored-name.",
+    )
+    p.add_argument("thread", metavar="THREAD", help="the thread header value (or stored name)")
+    p.add_argument("--store", required=True, metavar="PATH", help="the proxy's --store file")
+    p.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="environment variable holding the API key the thread was scoped to",
+    )
+    p.add_argument(
+        "--stored-name", action="store_true", help="THREAD is the stored name, as listed"
+    )
+
+
+def cmd_forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Run `cachepilot forget`; returns the exit status."""
+    import asyncio
+
+    from cachepilot.artifacts import SQLiteArtifactStore
+    from cachepilot.pilot import CachePilot
+    from cachepilot.proxy.secret import load_secret
+    from cachepilot.proxy.threads import key_scope
+    from cachepilot.state_store import SQLiteStateStore
+
+    path = Path(args.store)
+    if not path.is_file():
+        raise ValueError(f"no such store: {path}")
+    states = SQLiteStateStore(path)
+    name = str(args.thread)
+    if not args.stored_name and args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            raise ValueError(f"${args.api_key_env} is not set")
+        scope = key_scope({"x-api-key": key}, asyncio.run(load_secret(states)))
+        name = f"{scope}/{name}"
+    artifacts = SQLiteArtifactStore(path)
+    try:
+        had_state = asyncio.run(states.load(name)) is not None
+        had_artifacts = bool(artifacts.list(name))
+        if not (had_state or had_artifacts):
+            err.write("cachepilot forget: the store holds no such thread\n")
+            return 1
+        CachePilot(store=artifacts).forget(name)
+        asyncio.run(states.delete(name))
+    finally:
+        artifacts.close()
+    out.write("forgot the thread: its state and archived originals are removed\n")
     return 0

@@ -131,6 +131,17 @@ class Threads:
                 "thread %s: its state could not be stored", self.label(memory.name), exc_info=True
             )
 
+    async def forget(self, name: str) -> None:
+        """Forget thread `name`: memory, the pilot's state, views and archive, the stored
+        document, and the response ids that pointed at it (store failures raise)."""
+        async with self._lock:
+            self._threads.pop(name, None)
+            for key in [k for k, v in self._responses.items() if v == name]:
+                del self._responses[key]
+        await self.pilot.aforget(name)
+        if self.store is not None:
+            await self.store.delete(name)
+
     def remember_response(self, response_id: str, thread: str) -> None:
         """Note which thread a Responses id belongs to (for `previous_response_id`)."""
         self._responses[response_id] = thread
