@@ -88,14 +88,19 @@ class Threads:
             found = self._threads.get(name)
             if found is not None:
                 self._threads.move_to_end(name)
-                return found
-            found = ThreadMemory(name)
+                if self.store is None or self.pilot.holds(name):
+                    return found
+                # The pilot let the state go (idle, over its memory bounds): load it again.
+                found.previous = []
+            else:
+                found = ThreadMemory(name)
             self._threads[name] = found
             while len(self._threads) > self._max:
                 evicted, _ = self._threads.popitem(last=False)
                 # Its state stays in the store; the pilot's live copy and caches go.
                 self.pilot.drop_thread(evicted, artifacts=False)
         if self.store is not None:
+            self.pilot.mark_persisted(name)
             try:
                 saved = await self.store.load(name)
             except Exception:
