@@ -146,9 +146,7 @@ class PilotBase:
         self._cache_bytes += size - self._recent.pop(thread, 0)
         self._recent[thread] = size
         limit, budget = self.config.max_threads_in_memory, self.config.max_cache_bytes
-        while len(self._recent) > 1 and (
-            len(self._recent) > limit or self._cache_bytes > budget
-        ):
+        while len(self._recent) > 1 and (len(self._recent) > limit or self._cache_bytes > budget):
             self._drop_caches(next(iter(self._recent)))
         now = time.monotonic()
         if thread in self._persisted:
