@@ -39,6 +39,7 @@ from cachepilot.state_store import SQLiteStateStore, StateStore
 from cachepilot.usage import Usage
 from cachepilot.wire import (
     Api,
+    BodyView,
     EventSplitter,
     WireError,
     api_from_path,
@@ -239,7 +240,7 @@ class ProxyEngine:
         memory = await self.threads.get(thread.name)
         async with memory.lock:
             try:
-                prepared = await asyncio.to_thread(self.pipeline.prepare, view, memory)
+                prepared = await self._prepare(view, memory)
             except Exception:
                 logger.warning(
                     "thread %s: preparing the request failed; forwarding it unchanged",
@@ -255,6 +256,27 @@ class ProxyEngine:
         if body.get("stream") is True:
             return await self._streamed(api, target, headers, prepared, memory)
         return await self._complete(api, target, headers, prepared, memory)
+
+    async def _prepare(self, view: BodyView, memory: ThreadMemory, attempts: int = 8) -> Prepared:
+        """The request as the thread's state makes it, that state saved before it is sent.
+
+        With a store that several processes share, the thread is loaded again when another
+        process saved it since, and the prepared state is saved only over the version it was
+        prepared from; when another process saved first, it is prepared again over theirs.
+        So every process sends what one process serving all the requests would, and no two
+        processes apply two different plans. (Called with the thread's lock held.)
+        """
+        for _ in range(attempts):
+            await self.threads.refresh(memory)
+            prepared = await asyncio.to_thread(self.pipeline.prepare, view, memory)
+            if await self.threads.commit(memory):
+                return prepared
+        logger.warning(
+            "thread %s: still conflicting after %d attempts; sending the last preparation",
+            self.label(memory.name),
+            attempts,
+        )
+        return prepared
 
     def _target(self, path: str, query: str) -> str:
         url = self.config.target(path)
@@ -352,7 +374,7 @@ class ProxyEngine:
             if not isinstance(payload, dict):
                 return Answer(response.status_code, self._reply_headers(response), data)
             info = parse_response(payload, api)
-            self._record(prepared, info.usage, payload.get("model"))
+            self._record(prepared, memory, info.usage, payload.get("model"))
             if isinstance(payload.get("usage"), Mapping):
                 usages.append(payload["usage"])
             reply = _one(info.output)
@@ -409,14 +431,16 @@ class ProxyEngine:
     ) -> None:
         if prepared.view.stateful:
             return  # the server holds the conversation, recall exchange included
-        memory.splices.add(shown, upstream)
+        memory.apply(lambda: memory.splices.add(shown, upstream))
 
-    def _record(self, prepared: Prepared, usage: Usage | None, model: Any) -> None:
+    def _record(
+        self, prepared: Prepared, memory: ThreadMemory, usage: Usage | None, model: Any
+    ) -> None:
         """Add one upstream call's usage to the thread's state and metrics."""
         if usage is None:
             return
         try:
-            self.pilot.record_usage(usage, prepared.thread)
+            memory.apply(lambda: self.pilot.record_usage(usage, prepared.thread))
             state = self.pilot.state(prepared.thread)
             self.metrics.record(
                 call_metrics(
@@ -507,7 +531,7 @@ class ProxyEngine:
                         yield out
                 await current.aclose()
                 current = None
-                self._record(prepared, relay.reply.usage, None)
+                self._record(prepared, memory, relay.reply.usage, None)
                 reply = relay.reply.message()
                 if api == "responses" and relay.reply.response_id:
                     self.threads.remember_response(relay.reply.response_id, prepared.thread)
