@@ -5,8 +5,13 @@ send the bytes one process would, and concurrent requests lose no recorded call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +19,11 @@ import httpx
 import pytest
 
 from cachepilot import CachePilot, SQLiteArtifactStore
+from cachepilot.messages import Message
 from cachepilot.proxy import ProxyConfig, ProxyEngine
 from cachepilot.proxy.engine import proxy_pilot_config
 from cachepilot.state_store import MemoryStateStore, SQLiteStateStore, StateStore
+from cachepilot_bench.replay import ReplayProvider, ReplayScript, ReplayTurn
 
 SYSTEM = "You are a coding agent. cwd: /srv/app."
 PARAMETERS = {"type": "object", "properties": {"command": {"type": "string"}}}
@@ -207,3 +214,57 @@ def test_sqlite_versions_and_an_older_table(tmp_path: Path) -> None:
         assert await store.load_versioned("u") == ("y", 2)
 
     asyncio.run(go())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve_session(tmp: Path, workers: int, bodies: list[dict[str, Any]]) -> list[bytes]:
+    """`cachepilot proxy --workers N --store ...` in front of the replay provider."""
+    script = ReplayScript([ReplayTurn(Message("assistant", "ok")) for _ in bodies])
+    port = _free_port()
+    with ReplayProvider(script) as upstream:
+        command = [sys.executable, "-m", "cachepilot.cli", "proxy", "--upstream",
+                   upstream.base_url.removesuffix("/v1"), "--port", str(port), "--store",
+                   str(tmp / "proxy.sqlite"), "--provider", "anthropic",
+                   "--workers", str(workers)]  # fmt: skip
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            root = f"http://127.0.0.1:{port}"
+            for _ in range(600):
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{root}/healthz", timeout=1).status_code == 200:
+                        break
+                assert process.poll() is None, process.stderr.read() if process.stderr else ""
+                time.sleep(0.05)
+            with httpx.Client(base_url=f"{root}/v1", timeout=60, headers=HEADERS) as client:
+                for body in bodies:
+                    # A new connection per request, so the kernel spreads them over workers.
+                    reply = client.post("/chat/completions", json=body,
+                                        headers={"connection": "close"})  # fmt: skip
+                    assert reply.status_code == 200, reply.text
+            if workers > 1:  # each worker counts its own calls: all of them served some
+                seen: set[float] = set()
+                for _ in range(200):
+                    text = httpx.get(f"{root}/metrics", headers={"connection": "close"}).text
+                    seen |= {float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                             if line.startswith("cachepilot_proxy_model_calls_total{")}  # fmt: skip
+                    if len(seen) >= workers:
+                        break
+                assert len(seen) == workers and sum(seen) == len(bodies) and 0 not in seen, seen
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+        return [json.dumps(r.body, sort_keys=True).encode() for r in upstream.records]
+
+
+def test_workers_on_one_port_send_what_one_process_sends(tmp_path: Path) -> None:
+    bodies = session(23)  # odd: two workers cannot serve equal shares
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one = _serve_session(tmp_path / "one", 1, bodies)
+    two = _serve_session(tmp_path / "two", 2, bodies)
+    assert len(one) == len(two) == 23 and two == one

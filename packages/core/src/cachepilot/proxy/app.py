@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
+import os
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -78,9 +80,40 @@ def create_app(engine: ProxyEngine) -> Starlette:
     return Starlette(routes=routes, lifespan=lifespan)
 
 
-def serve(config: ProxyConfig, engine: ProxyEngine | None = None) -> None:
-    """Run the proxy until interrupted (uvicorn, one process)."""
+_CONFIG_ENV = "CACHEPILOT_PROXY_CONFIG"
+"""How `serve` hands the settings to its worker processes (JSON of `ProxyConfig.to_json`)."""
+
+
+def create_app_from_env() -> Starlette:
+    """The app of one worker process of `serve(config, workers=N)` (a uvicorn factory)."""
+    return create_app(ProxyEngine(ProxyConfig.from_json(os.environ[_CONFIG_ENV])))
+
+
+def serve(config: ProxyConfig, engine: ProxyEngine | None = None, workers: int = 1) -> None:
+    """Run the proxy until interrupted (uvicorn).
+
+    With `workers` > 1, that many processes serve one port; they share threads through
+    `config.store` (required: each request is prepared over the thread's newest stored state
+    and saved by compare-and-set, so any worker sends what one process would).
+    """
     import uvicorn
 
-    app = create_app(engine or ProxyEngine(config))
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False)
+    options: dict[str, Any] = {
+        "host": config.host,
+        "port": config.port,
+        "log_level": "warning",
+        "access_log": False,
+    }
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, not {workers}")
+    if workers == 1:
+        uvicorn.run(create_app(engine or ProxyEngine(config)), **options)
+        return
+    if engine is not None:
+        raise ValueError("an engine object cannot be shared by several worker processes")
+    if config.store is None:
+        raise ValueError("--workers needs --store: the worker processes share threads through it")
+    os.environ[_CONFIG_ENV] = config.to_json()
+    uvicorn.run(
+        "cachepilot.proxy.app:create_app_from_env", factory=True, workers=workers, **options
+    )

@@ -80,6 +80,13 @@ def add_proxy_parser(sub: Any) -> None:
     p.add_argument(
         "--timeout", type=float, default=600.0, help="upstream timeout in seconds (default 600)"
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="serve with N processes on one port (needs --store, which they share; default 1)",
+    )
     p.add_argument("--no-metrics", action="store_true", help="do not serve GET /metrics")
     p.add_argument(
         "--metrics-per-thread",
@@ -137,7 +144,9 @@ def cmd_proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         f"(provider profile {config.provider})\n"
     )
     out.flush()
-    serve(config)
+    if args.workers > 1 and config.store is None:
+        raise ValueError("--workers needs --store: the worker processes share threads through it")
+    serve(config, workers=args.workers)
     return 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -103,6 +105,25 @@ class ProxyConfig:
         if any(not h or any(c.isspace() for c in h) for h in hosts):
             raise ValueError(f"invalid --allowed-host value in {self.allowed_hosts!r}")
         object.__setattr__(self, "allowed_hosts", hosts)
+
+    def to_json(self) -> str:
+        """The settings as JSON (the clock is not carried: `from_json` uses the wall clock)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields.pop("clock")
+        fields["store"] = str(self.store) if self.store is not None else None
+        fields["allowed_hosts"] = list(self.allowed_hosts)
+        return json.dumps(fields)
+
+    @classmethod
+    def from_json(cls, text: str) -> ProxyConfig:
+        """Settings written by `to_json` (validated again)."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("proxy settings must be a JSON object")
+        data["allowed_hosts"] = tuple(data.get("allowed_hosts") or ())
+        if data.get("store") is not None:
+            data["store"] = Path(data["store"])
+        return cls(**data)
 
     def metrics_host_allowed(self, host: str) -> bool:
         """Whether `/metrics` answers a request with this `Host` header (see `allowed_hosts`).
