@@ -25,6 +25,7 @@ from cachepilot.artifacts import (
     SQLiteArtifactStore,
     default_store_path,
 )
+from cachepilot.artifacts.sql import SQLArtifactStore
 from cachepilot.refs import content_digest, make_ref
 
 DAY = 24 * 3600.0
@@ -46,15 +47,19 @@ class FakeClock:
 StoreFactory = Callable[..., BaseArtifactStore]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "sql"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
-    """Builds a store of the parametrized kind (closed at teardown)."""
+    """Builds a store of the parametrized kind (closed at teardown); `sql` is the SQLAlchemy
+    store on an SQLite file (on PostgreSQL in tests/servers)."""
     made: list[BaseArtifactStore] = []
 
     def factory(**kwargs: Any) -> BaseArtifactStore:
         store: BaseArtifactStore
         if request.param == "memory":
             store = InMemoryArtifactStore(**kwargs)
+        elif request.param == "sql":
+            url = f"sqlite:///{tmp_path / f'sql{len(made)}.sqlite'}"
+            store = SQLArtifactStore(url, **kwargs)
         else:
             store = SQLiteArtifactStore(tmp_path / f"store{len(made)}.sqlite", **kwargs)
         made.append(store)
