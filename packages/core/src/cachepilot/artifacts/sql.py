@@ -82,6 +82,7 @@ class SQLArtifactStore(BaseArtifactStore):
             create_engine,
         )
         from sqlalchemy.engine import Engine
+        from sqlalchemy.exc import DBAPIError
 
         self._init_store(retention_seconds, max_bytes_per_thread, max_total_bytes, clock)
         if isinstance(url, Engine):
@@ -119,7 +120,15 @@ class SQLArtifactStore(BaseArtifactStore):
             Column("reason", String(255), nullable=False),
             Column("at", Float, nullable=False),
         )
-        metadata.create_all(self._engine, checkfirst=True)
+        for attempt in range(3):
+            try:
+                metadata.create_all(self._engine, checkfirst=True)
+                break
+            except DBAPIError:
+                # Another process created the tables at the same time: look again.
+                if attempt == 2:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
 
     def __repr__(self) -> str:
         return f"SQLArtifactStore({self._engine.url.render_as_string(hide_password=True)!r})"
@@ -127,6 +136,7 @@ class SQLArtifactStore(BaseArtifactStore):
     # -- hooks -----------------------------------------------------------------------------
 
     def _insert(self, thread: str, enc: Encoded, now: float) -> int | None:
+        thread = _column(thread)
         from sqlalchemy import delete, insert, select
         from sqlalchemy.exc import IntegrityError
 
@@ -172,6 +182,7 @@ class SQLArtifactStore(BaseArtifactStore):
         return bool(result.rowcount)
 
     def _fetch(self, thread: str, ref: str) -> Artifact | None:
+        thread = _column(thread)
         from sqlalchemy import select
 
         a = self._artifacts
@@ -184,10 +195,12 @@ class SQLArtifactStore(BaseArtifactStore):
         return None if row is None else artifact_from(self._info(row), bytes(row[10]))
 
     def _count_access(self, thread: str, ref: str, now: float) -> bool:
+        thread = _column(thread)
         with self._engine.begin() as conn:
             return self._touch(conn, thread, ref, now, count=True)
 
     def _list_thread(self, thread: str) -> builtins.list[ArtifactInfo]:
+        thread = _column(thread)
         from sqlalchemy import select
 
         a = self._artifacts
@@ -200,6 +213,7 @@ class SQLArtifactStore(BaseArtifactStore):
         return [self._info(row) for row in rows]
 
     def _delete_one(self, thread: str, ref: str) -> bool:
+        thread = _column(thread)
         from sqlalchemy import delete
 
         a = self._artifacts
@@ -208,6 +222,7 @@ class SQLArtifactStore(BaseArtifactStore):
         return bool(result.rowcount)
 
     def _delete_all(self, thread: str) -> int:
+        thread = _column(thread)
         from sqlalchemy import delete
 
         with self._engine.begin() as conn:
@@ -216,6 +231,7 @@ class SQLArtifactStore(BaseArtifactStore):
         return max(int(result.rowcount), 0)
 
     def _removed_reason(self, thread: str, ref: str) -> str | None:
+        thread = _column(thread)
         from sqlalchemy import select
 
         r = self._removed
@@ -229,6 +245,7 @@ class SQLArtifactStore(BaseArtifactStore):
         return reasons.get(ref) or reasons.get(FORGOTTEN_MARK)
 
     def _mark_forgotten(self, thread: str) -> None:
+        thread = _column(thread)
         with self._engine.begin() as conn:
             self._tombstones(conn, [(thread, FORGOTTEN_MARK)], REMOVED_BY_FORGET, self._clock())
 
@@ -356,7 +373,7 @@ class SQLArtifactStore(BaseArtifactStore):
     def _info(row: Any) -> ArtifactInfo:
         return ArtifactInfo(
             ref=str(row[0]),
-            thread=str(row[1]),
+            thread=_uncolumn(str(row[1])),
             is_text=bool(row[2]),
             media_type=str(row[3]),
             meta=load_meta(row[4]),
@@ -366,3 +383,24 @@ class SQLArtifactStore(BaseArtifactStore):
             size=int(row[8]),
             sha256=str(row[9]),
         )
+
+
+def _column(thread: str) -> str:
+    """A thread id as stored: PostgreSQL text cannot hold NUL, so backslashes and NULs are
+    escaped (reversibly; ids without either are stored as they are)."""
+    if "\x00" not in thread and "\\" not in thread:
+        return thread
+    return thread.replace("\\", "\\\\").replace("\x00", "\\0")
+
+
+def _uncolumn(stored: str) -> str:
+    """The thread id `_column` stored."""
+    if "\\" not in stored:
+        return stored
+    out, chars = [], iter(stored)
+    for char in chars:
+        if char == "\\":
+            out.append("\x00" if next(chars, "") == "0" else "\\")
+        else:
+            out.append(char)
+    return "".join(out)

@@ -58,10 +58,11 @@ def add_proxy_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--store",
-        metavar="PATH",
-        help="SQLite file for archived originals and thread states (inspect it with "
-        "`cachepilot inspect PATH --store PATH`); default: originals in the per-user archive, "
-        "states in memory",
+        metavar="PATH|URL",
+        help="where archived originals and thread states are kept: an SQLite file (inspect it "
+        "with `cachepilot inspect PATH --store PATH`) or a postgresql:// URL; processes that "
+        "share it (--workers, replicas) agree on every thread; default: originals in the "
+        "per-user archive, states in memory",
     )
     p.add_argument(
         "--thread-header",
@@ -129,7 +130,7 @@ def cmd_proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         host=args.host,
         port=args.port,
         provider=args.provider,
-        store=Path(args.store) if args.store else None,
+        store=args.store or None,
         thread_header=args.thread_header,
         key_scope=not args.no_key_scope,
         recall=not args.no_recall,
@@ -163,7 +164,7 @@ def add_forget_parser(sub: Any) -> None:
         "--stored-name.",
     )
     p.add_argument("thread", metavar="THREAD", help="the thread header value (or stored name)")
-    p.add_argument("--store", required=True, metavar="PATH", help="the proxy's --store file")
+    p.add_argument("--store", required=True, metavar="PATH|URL", help="the proxy's --store")
     p.add_argument(
         "--api-key-env",
         metavar="VAR",
@@ -178,33 +179,37 @@ def cmd_forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Run `cachepilot forget`; returns the exit status."""
     import asyncio
 
-    from cachepilot.artifacts import SQLiteArtifactStore
     from cachepilot.pilot import CachePilot
     from cachepilot.proxy.secret import load_secret
+    from cachepilot.proxy.stores import is_url, open_stores
     from cachepilot.proxy.threads import key_scope
-    from cachepilot.state_store import SQLiteStateStore
 
-    path = Path(args.store)
-    if not path.is_file():
-        raise ValueError(f"no such store: {path}")
-    states = SQLiteStateStore(path)
-    name = str(args.thread)
+    if not is_url(args.store) and not Path(args.store).is_file():
+        raise ValueError(f"no such store: {args.store}")
+    artifacts, states = open_stores(args.store)
+    key = None
     if not args.stored_name and args.api_key_env:
         key = os.environ.get(args.api_key_env)
         if not key:
             raise ValueError(f"${args.api_key_env} is not set")
-        scope = key_scope({"x-api-key": key}, asyncio.run(load_secret(states)))
-        name = f"{scope}/{name}"
-    artifacts = SQLiteArtifactStore(path)
+
+    async def forget() -> bool:
+        name = str(args.thread)
+        if key is not None:
+            name = f"{key_scope({'x-api-key': key}, await load_secret(states))}/{name}"
+        had_state = await states.load(name) is not None
+        if not (had_state or await artifacts.alist(name)):
+            return False
+        await CachePilot(store=artifacts).aforget(name)
+        await states.delete(name)
+        return True
+
     try:
-        had_state = asyncio.run(states.load(name)) is not None
-        had_artifacts = bool(artifacts.list(name))
-        if not (had_state or had_artifacts):
-            err.write("cachepilot forget: the store holds no such thread\n")
-            return 1
-        CachePilot(store=artifacts).forget(name)
-        asyncio.run(states.delete(name))
+        found = asyncio.run(forget())
     finally:
         artifacts.close()
+    if not found:
+        err.write("cachepilot forget: the store holds no such thread\n")
+        return 1
     out.write("forgot the thread: its state and archived originals are removed\n")
     return 0

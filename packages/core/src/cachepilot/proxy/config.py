@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from cachepilot.proxy.stores import is_url
 from cachepilot.sim import DEFAULT_PROFILE, get_profile
 
 __all__ = ["DEFAULT_THREAD_HEADER", "ProxyConfig"]
@@ -37,8 +38,9 @@ class ProxyConfig:
         host: address to listen on (loopback by default: the proxy sees API keys).
         port: port to listen on.
         provider: provider cache profile for the cost model and the metrics.
-        store: SQLite file for archived originals and the threads' states (None: originals
-            in the per-user default archive, states in memory only).
+        store: where archived originals and the threads' states are kept: an SQLite file, or
+            a PostgreSQL URL (`cachepilot.proxy.stores`) that several processes share (None:
+            originals in the per-user default archive, states in memory only).
         thread_header: request header that names the thread explicitly.
         key_scope: prefix every thread with a digest of the request's API key, so two keys
             never share a thread (nor its archive).
@@ -61,7 +63,7 @@ class ProxyConfig:
     host: str = "127.0.0.1"
     port: int = 8787
     provider: str = DEFAULT_PROFILE
-    store: Path | None = None
+    store: Path | str | None = None
     thread_header: str = DEFAULT_THREAD_HEADER
     key_scope: bool = True
     recall: bool = True
@@ -96,7 +98,10 @@ class ProxyConfig:
         if not 0 <= self.max_recall_rounds <= 16:
             raise ValueError("max_recall_rounds must be in 0..16")
         if self.store is not None:
-            object.__setattr__(self, "store", Path(self.store))
+            text = str(self.store)
+            if not text.strip():
+                raise ValueError("--store must name an SQLite file or a postgresql:// URL")
+            object.__setattr__(self, "store", text if is_url(text) else Path(text))
         if self.metrics_token is not None and (
             len(self.metrics_token) < 16 or not self.metrics_token.isprintable()
         ):
@@ -121,8 +126,6 @@ class ProxyConfig:
         if not isinstance(data, dict):
             raise ValueError("proxy settings must be a JSON object")
         data["allowed_hosts"] = tuple(data.get("allowed_hosts") or ())
-        if data.get("store") is not None:
-            data["store"] = Path(data["store"])
         return cls(**data)
 
     def metrics_host_allowed(self, host: str) -> bool:

@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 
-from cachepilot.artifacts import SQLiteArtifactStore
 from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import ContentPart, Message, ToolCall
 from cachepilot.metrics import call_metrics
@@ -33,9 +32,10 @@ from cachepilot.proxy.prometheus import ProxyMetrics
 from cachepilot.proxy.recall import answer, recall_calls, strip_recall, without_recall
 from cachepilot.proxy.relay import Relay, add_usage, sse_bytes
 from cachepilot.proxy.secret import Secret, load_secret
+from cachepilot.proxy.stores import open_stores
 from cachepilot.proxy.threads import identify
 from cachepilot.recall import RECALL_TOOL_NAME
-from cachepilot.state_store import SQLiteStateStore, StateStore
+from cachepilot.state_store import StateStore
 from cachepilot.usage import Usage
 from cachepilot.wire import (
     Api,
@@ -154,11 +154,11 @@ class ProxyEngine:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.config = config
+        artifacts, states = open_stores(config.store) if config.store is not None else (None, None)
         if pilot is None:
-            store = SQLiteArtifactStore(config.store) if config.store is not None else None
-            pilot = CachePilot(proxy_pilot_config(config.provider), store=store)
-        if state_store is None and config.store is not None:
-            state_store = SQLiteStateStore(config.store)
+            pilot = CachePilot(proxy_pilot_config(config.provider), store=artifacts)
+        if state_store is None:
+            state_store = states
         self.pilot = pilot
         self.threads = Threads(pilot, state_store)
         self.pipeline = Pipeline(pilot, config)
@@ -181,10 +181,13 @@ class ProxyEngine:
         return self._client
 
     async def aclose(self) -> None:
-        """Close the upstream client."""
+        """Close the upstream client and the state store's connections."""
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+        close = getattr(self.threads.store, "aclose", None)
+        if close is not None:
+            await close()
 
     async def secret(self) -> Secret:
         """The store's secret (loaded, or created, on first use)."""
