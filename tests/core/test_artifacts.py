@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import sqlite3
@@ -25,6 +26,7 @@ from cachepilot.artifacts import (
     SQLiteArtifactStore,
     default_store_path,
 )
+from cachepilot.artifacts.sql import SQLArtifactStore
 from cachepilot.refs import content_digest, make_ref
 
 DAY = 24 * 3600.0
@@ -46,23 +48,37 @@ class FakeClock:
 StoreFactory = Callable[..., BaseArtifactStore]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "sql", "postgres"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
-    """Builds a store of the parametrized kind (closed at teardown)."""
+    """Builds a store of the parametrized kind (closed at teardown); `sql` is the SQLAlchemy
+    store on an SQLite file, `postgres` the same on a real PostgreSQL server (skipped without
+    one: `. .ci/services.sh` starts it)."""
     made: list[BaseArtifactStore] = []
+    databases: contextlib.ExitStack = contextlib.ExitStack()
+    if request.param == "postgres":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
+        from server_helpers import database, postgres_url_or_skip
+
+        server = postgres_url_or_skip()
 
     def factory(**kwargs: Any) -> BaseArtifactStore:
         store: BaseArtifactStore
         if request.param == "memory":
             store = InMemoryArtifactStore(**kwargs)
+        elif request.param == "sql":
+            url = f"sqlite:///{tmp_path / f'sql{len(made)}.sqlite'}"
+            store = SQLArtifactStore(url, **kwargs)
+        elif request.param == "postgres":
+            store = SQLArtifactStore(databases.enter_context(database(server)), **kwargs)
         else:
             store = SQLiteArtifactStore(tmp_path / f"store{len(made)}.sqlite", **kwargs)
         made.append(store)
         return store
 
-    yield factory
-    for store in made:
-        store.close()
+    with databases:
+        yield factory
+        for store in made:
+            store.close()
 
 
 @pytest.fixture(scope="module")

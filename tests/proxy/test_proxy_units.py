@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import hashlib
 import json
 import subprocess
 import sys
@@ -18,6 +20,8 @@ from cachepilot.artifacts import SQLiteArtifactStore
 from cachepilot.inspect_state import load_threads
 from cachepilot.pilot import CachePilot, Config
 from cachepilot.proxy import ProxyConfig, identify
+from cachepilot.proxy.secret import Secret, load_secret
+from cachepilot.proxy.threads import key_scope
 from cachepilot.state_store import SQLiteStateStore
 from cachepilot.wire import read_view, split_like, write_view
 from cachepilot_bench.replay import ReplayProvider
@@ -102,20 +106,59 @@ def test_split_like_finds_the_pieces_by_their_newlines() -> None:
     assert split_like("one piece only", pieces) is None
 
 
+SECRET = Secret(b"s" * 32)
+
+
 def test_thread_rule() -> None:
     view = read_view(CHAT, "chat")
-    by_hash = identify({}, view, header="x-cachepilot-thread", scoped=True)
+    rule = {"header": "x-cachepilot-thread", "secret": SECRET}
+    by_hash = identify({}, view, scoped=True, **rule)
     assert by_hash.source == "hash" and by_hash.name.startswith("h-")
-    named = identify({"x-cachepilot-thread": "job-7"}, view, header="x-cachepilot-thread",
-                     scoped=False)  # fmt: skip
+    named = identify({"x-cachepilot-thread": "job-7"}, view, scoped=False, **rule)
     assert named.name == "job-7"
     keyed = read_view({**CHAT, "user": "u1"}, "chat")
-    by_key = identify({}, keyed, header="x-cachepilot-thread", scoped=False)
+    by_key = identify({}, keyed, scoped=False, **rule)
     assert by_key.source == "key:user" and "u1" not in by_key.name
-    one = identify({"authorization": "Bearer k1"}, view, header="x", scoped=True)
-    two = identify({"authorization": "Bearer k2"}, view, header="x", scoped=True)
+    one = identify({"authorization": "Bearer k1"}, view, scoped=True, **rule)
+    two = identify({"authorization": "Bearer k2"}, view, scoped=True, **rule)
     assert one.name != two.name and one.name.endswith(by_hash.name)
     assert "k1" not in one.name
+
+
+def test_reserved_thread_names_are_not_a_clients() -> None:
+    view = read_view(CHAT, "chat")
+    headers = {"x-cachepilot-thread": "cachepilot:secret"}
+    found = identify(headers, view, header="x-cachepilot-thread", scoped=False, secret=SECRET)
+    assert found.source == "hash" and found.name != "cachepilot:secret"
+
+
+def test_key_scope_is_the_keys_whichever_header_carries_it() -> None:
+    same = {
+        key_scope({"authorization": "Bearer sk-ant-1"}, SECRET),
+        key_scope({"authorization": "bearer  sk-ant-1 "}, SECRET),
+        key_scope({"x-api-key": "sk-ant-1"}, SECRET),
+        key_scope({"api-key": "sk-ant-1"}, SECRET),
+    }
+    assert len(same) == 1 and None not in same
+    assert key_scope({"x-api-key": "sk-ant-2"}, SECRET) not in same
+    assert key_scope({}, SECRET) is None
+
+
+def test_key_scope_is_salted_by_the_store_secret() -> None:
+    headers = {"x-api-key": "sk-guessable"}
+    scope = key_scope(headers, SECRET)
+    assert scope is not None and scope != key_scope(headers, Secret(b"t" * 32))
+    # Nobody without the secret can recompute it from a guessed key.
+    unsalted = hashlib.sha256(b"sk-guessable").hexdigest()
+    assert scope[1:] not in unsalted and "sk-guessable" not in scope
+
+
+def test_the_secret_is_kept_in_the_state_store(tmp_path: Path) -> None:
+    store = SQLiteStateStore(tmp_path / "s.sqlite")
+    first = asyncio.run(load_secret(store))
+    again = asyncio.run(load_secret(SQLiteStateStore(tmp_path / "s.sqlite")))
+    assert first.label("t") == again.label("t")
+    assert asyncio.run(load_secret(None)).label("t") != first.label("t")
 
 
 def test_config_is_validated() -> None:

@@ -17,7 +17,7 @@ __all__ = ["CLI_ENTRY_POINTS", "Handler", "main"]
 
 logger = logging.getLogger("cachepilot.cli")
 
-_CORE_COMMANDS = frozenset({"audit", "inspect", "optimize-guideline", "proxy"})
+_CORE_COMMANDS = frozenset({"audit", "forget", "inspect", "optimize-guideline", "proxy"})
 
 Handler = Callable[[argparse.Namespace, TextIO, TextIO], int]
 """A subcommand's handler: parsed arguments, stdout, stderr -> exit status."""
@@ -79,15 +79,17 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     from cachepilot.audit.cli import add_audit_parser, cmd_audit
     from cachepilot.compress.cli import add_optimize_parser, cmd_optimize
     from cachepilot.inspect_state import add_inspect_parser, cmd_inspect
-    from cachepilot.proxy.cli import add_proxy_parser, cmd_proxy
+    from cachepilot.proxy.cli import add_forget_parser, add_proxy_parser, cmd_forget, cmd_proxy
 
     add_audit_parser(sub)
     add_inspect_parser(sub)
     add_optimize_parser(sub)
     add_proxy_parser(sub)
+    add_forget_parser(sub)
     handlers.update(
         {
             "audit": cmd_audit,
+            "forget": cmd_forget,
             "inspect": cmd_inspect,
             "optimize-guideline": cmd_optimize,
             "proxy": cmd_proxy,

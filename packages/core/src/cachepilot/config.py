@@ -34,6 +34,16 @@ class Config(BaseModel):
     """When and how already-sent history is rewritten (pruning, eviction, scheduler)."""
     provider: str = "openai-gpt-5.4-mini"
     """Provider profile (prices, cache TTL) the cost model uses."""
+    max_threads_in_memory: int = Field(default=512, ge=1)
+    """Threads whose per-call caches (rendered view, message keys) stay in memory. Past it the
+    least recently used thread's caches go (its next call rebuilds them from its state, byte
+    for byte) and so does its state when the caller keeps it elsewhere (`mark_persisted`)."""
+    max_cache_bytes: int = Field(default=256 * 1024 * 1024, ge=1024 * 1024)
+    """Approximate bytes the threads' cached views may hold in all (same eviction order)."""
+    state_idle_seconds: float = Field(default=600.0, ge=0.0)
+    """A persisted thread's state leaves memory only after this long without a call (longer
+    than any model call, so a state is never dropped between a call's request and the
+    framework saving what it recorded)."""
 
     @field_validator("encoding", "provider")
     @classmethod

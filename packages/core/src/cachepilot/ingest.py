@@ -120,11 +120,9 @@ class Ingestion(PilotBase):
                 state.revision += 1
         except Exception:
             logger.warning(
-                "reduction failed for tool %r call %s; output kept as is",
-                tool_name,
-                call_id,
-                exc_info=True,
+                "reduction failed for tool %r; output kept as is", tool_name, exc_info=True
             )
+            logger.debug("reduction failed for call %s", call_id)
             return IngestReport(result.text, None, original_chars)
         loop = self._loop_event(thread, tool_name, call_id, reduction)
         report = self._ingest_reduced(

@@ -39,6 +39,7 @@ from cachepilot.messages import Message
 from cachepilot.pilot import PilotState
 from cachepilot.redact import redact, redact_slice
 from cachepilot.sim import DEFAULT_PROFILE, get_profile
+from cachepilot.state_store import RESERVED_PREFIX
 from cachepilot.tokens import TokenCounter, get_counter
 from cachepilot.usage import Usage
 
@@ -149,7 +150,9 @@ def _agents_threads(
     return [
         InspectedThread(str(t), f"{path.name} ({_AGENTS_TABLE})", _state(s, str(t)), None, u)
         for t, s, u in rows
-        if (thread is None or t == thread) and not _is_family(s)
+        if (thread is None or t == thread)
+        and not _is_family(s)
+        and not str(t).startswith(RESERVED_PREFIX)
     ]
 
 

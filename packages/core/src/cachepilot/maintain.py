@@ -500,15 +500,16 @@ class Maintenance(PilotBase):
                     for value, _ in reduced.values
                 ]
             except Exception:
+                # Call ids are the client's: DEBUG only.
                 logger.warning(
-                    "thread %s: arguments of call %s could not be archived; kept as they are",
-                    thread,
-                    call.id,
+                    "arguments of a tool call could not be archived; kept as they are",
                     exc_info=True,
                 )
+                logger.debug("thread %s: unarchived arguments of call %s", thread, call.id)
                 continue
             if stored != [ref for _, ref in reduced.values]:
-                logger.error("thread %s: argument ref mismatch; call %s kept", thread, call.id)
+                logger.error("argument ref mismatch; the call's arguments are kept")
+                logger.debug("thread %s: argument ref mismatch in call %s", thread, call.id)
                 continue
             out.append(
                 Edit(kind="args", key=cand.key, text=reduced.text, ref=whole, call_id=call.id)

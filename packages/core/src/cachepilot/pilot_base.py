@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
@@ -57,6 +60,11 @@ class PilotBase:
         self._store = store
         self._store_lock = threading.Lock()
         self._states: dict[str, PilotState] = {}
+        # Threads by last use (oldest first), for the memory bounds; states of threads in
+        # `_persisted` are kept by the caller too, so they may leave memory as well.
+        self._recent: OrderedDict[str, int] = OrderedDict()
+        self._cache_bytes = 0
+        self._persisted: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.RLock()
         self._pipeline = Pipeline(self.config.reduction)
         self._canonicalizer = Canonicalizer(self.config.canonical)
@@ -110,6 +118,57 @@ class PilotBase:
                 self._states[thread] = found
             return found
 
+    def holds(self, thread: str) -> bool:
+        """Whether the thread's state is in memory (False after `drop_thread`, `forget`, or an
+        eviction of a persisted thread's state: give it back with `load_state`)."""
+        with self._lock:
+            return thread in self._states
+
+    def mark_persisted(self, thread: str) -> None:
+        """Say that the caller keeps `thread`'s state (graph state, a state store) and gives it
+        back with `load_state` whenever `holds(thread)` is False: the pilot may then drop it
+        from memory when the thread is among the least recently used
+        (`Config.max_threads_in_memory`, `Config.max_cache_bytes`). Other threads' states
+        stay in memory until `drop_thread`."""
+        check_pilot_thread(thread)
+        with self._lock:
+            self._persisted.setdefault(thread, time.monotonic())
+
+    def _used(self, thread: str, cache: ViewCache | None) -> None:
+        """Note a call of `thread` and keep memory within the bounds (call with the lock).
+
+        Caches go least recently used first once there are more than
+        `max_threads_in_memory` of them or they hold more than `max_cache_bytes`; states the
+        caller keeps (`mark_persisted`) go, oldest first, once there are more states than
+        `max_threads_in_memory` and theirs has been idle for `state_idle_seconds`.
+        """
+        size = cache.approx_bytes if cache is not None else 0
+        self._cache_bytes += size - self._recent.pop(thread, 0)
+        self._recent[thread] = size
+        limit, budget = self.config.max_threads_in_memory, self.config.max_cache_bytes
+        while len(self._recent) > 1 and (len(self._recent) > limit or self._cache_bytes > budget):
+            self._drop_caches(next(iter(self._recent)))
+        now = time.monotonic()
+        if thread in self._persisted:
+            self._persisted.move_to_end(thread)
+            self._persisted[thread] = now
+        idle = now - self.config.state_idle_seconds
+        while len(self._states) > limit and self._persisted:
+            oldest, last = next(iter(self._persisted.items()))
+            if last > idle or oldest == thread:
+                break
+            self._persisted.pop(oldest)
+            self._drop_caches(oldest)
+            self._states.pop(oldest, None)
+            self._warned_pairing.discard(oldest)
+
+    def _drop_caches(self, thread: str) -> None:
+        """Drop a thread's caches (rebuilt from its state on its next call; with the lock)."""
+        self._cache_bytes -= self._recent.pop(thread, 0)
+        self._trackers.pop(thread, None)
+        self._views.pop(thread, None)
+        self._result_views.forget(thread)
+
     def load_state(self, thread: str, state: PilotState | Mapping[str, Any] | str) -> PilotState:
         """Install a thread's state from persistence (model, dict or JSON text)."""
         check_pilot_thread(thread)
@@ -132,16 +191,38 @@ class PilotBase:
         """
         check_pilot_thread(thread)
         with self._lock:
+            self._cache_bytes -= self._recent.pop(thread, 0)
             self._states.pop(thread, None)
             self._trackers.pop(thread, None)
             self._views.pop(thread, None)
             self._warned_pairing.discard(thread)
+            self._persisted.pop(thread, None)
         self._result_views.forget(thread)
         if artifacts and self.has_store:
             try:
                 self.store.delete_thread(thread)
             except Exception:
                 logger.warning("thread %s: archived data not deleted", thread, exc_info=True)
+
+    def forget(self, thread: str) -> None:
+        """Forget a thread wherever the pilot keeps it: its live state, views and caches, and
+        its archived originals; a later recall of one of its refs says it was removed.
+
+        Unlike `drop_thread`, a store failure raises: the caller must know the data may remain.
+        Persisted copies of the state that belong to the framework (graph state, sessions,
+        the proxy's state store) are the caller's to delete.
+        """
+        self.drop_thread(thread, artifacts=False)
+        store = self.store
+        forget_thread = getattr(store, "forget_thread", None)
+        if callable(forget_thread):
+            forget_thread(thread)
+        else:  # a store of another kind: no tombstone, the artifacts go all the same
+            store.delete_thread(thread)
+
+    async def aforget(self, thread: str) -> None:
+        """Async twin of `forget`."""
+        await asyncio.to_thread(self.forget, thread)
 
     def export_state(self, thread: str = "default") -> dict[str, Any]:
         """A JSON-ready copy of a thread's state."""

@@ -93,6 +93,7 @@ class Preparation(Maintenance):
             state.calls += 1
             state.revision += 1
             state.last_request_time = clock
+            self._used(thread, cache)
         if issues:
             logger.warning(
                 "thread %s: the history breaks tool-call pairing (%s); calls without a result "

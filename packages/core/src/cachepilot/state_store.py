@@ -1,22 +1,36 @@
 """Per-thread JSON documents kept between processes: the pilot state of a thread.
 
-One row per thread in a `cachepilot_state` table (`thread`, `state`, `updated_at`), the
-layout `cachepilot inspect` reads. The Agents SDK plugin keeps its sessions' states here (and
-adds SQLAlchemy and Redis stores); the proxy keeps its threads' states here.
+One row per thread in a `cachepilot_state` table (`thread`, `state`, `updated_at`,
+`version`), the layout `cachepilot inspect` reads. The Agents SDK plugin keeps its sessions'
+states here (and adds SQLAlchemy and Redis stores); the proxy keeps its threads' states here.
+
+Stores that several processes share also implement `VersionedStateStore`: every save bumps the
+thread's version, `version` reads it cheaply, and `save_if` saves only over the version the
+caller last saw (compare-and-set), so two processes serving one thread notice each other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-__all__ = ["TABLE", "MemoryStateStore", "SQLiteStateStore", "StateStore"]
+__all__ = [
+    "RESERVED_PREFIX",
+    "TABLE",
+    "MemoryStateStore",
+    "SQLiteStateStore",
+    "StateStore",
+    "VersionedStateStore",
+]
 
 TABLE = "cachepilot_state"
+RESERVED_PREFIX = "cachepilot:"
+"""Document names starting with this are cachepilot's own (the proxy's secret), not threads."""
 
 
 @runtime_checkable
@@ -36,19 +50,53 @@ class StateStore(Protocol):
         ...
 
 
+@runtime_checkable
+class VersionedStateStore(StateStore, Protocol):
+    """A `StateStore` that counts each thread's saves (0: never saved), for compare-and-set."""
+
+    async def load_versioned(self, thread: str) -> tuple[str | None, int]:
+        """The saved state of `thread` and its version."""
+        ...
+
+    async def version(self, thread: str) -> int:
+        """The version of `thread`'s saved state (cheap: the state is not read)."""
+        ...
+
+    async def save_if(self, thread: str, state: str, expected: int) -> int | None:
+        """Save `state` if the stored version is still `expected`; the new version, or None
+        when another writer saved first."""
+        ...
+
+
 class MemoryStateStore:
     """States in process memory (tests, in-memory sessions)."""
 
     def __init__(self) -> None:
-        self._data: dict[str, str] = {}
+        self._data: dict[str, tuple[str, int]] = {}
 
     async def load(self, thread: str) -> str | None:
         """The saved state, or None."""
-        return self._data.get(thread)
+        found = self._data.get(thread)
+        return None if found is None else found[0]
+
+    async def load_versioned(self, thread: str) -> tuple[str | None, int]:
+        """The saved state and its version."""
+        return self._data.get(thread, (None, 0))
+
+    async def version(self, thread: str) -> int:
+        """The saved state's version (0: none)."""
+        return self._data.get(thread, (None, 0))[1]
 
     async def save(self, thread: str, state: str) -> None:
         """Keep `state`."""
-        self._data[thread] = state
+        self._data[thread] = (state, self._data.get(thread, ("", 0))[1] + 1)
+
+    async def save_if(self, thread: str, state: str, expected: int) -> int | None:
+        """Keep `state` if the version is still `expected`."""
+        if self._data.get(thread, ("", 0))[1] != expected:
+            return None
+        self._data[thread] = (state, expected + 1)
+        return expected + 1
 
     async def delete(self, thread: str) -> None:
         """Forget `thread`."""
@@ -77,9 +125,15 @@ class SQLiteStateStore:
             with self._lock:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {TABLE} "
-                    "(thread TEXT PRIMARY KEY, state TEXT NOT NULL, updated_at REAL NOT NULL)"
+                    f"CREATE TABLE IF NOT EXISTS {TABLE} (thread TEXT PRIMARY KEY, state TEXT "
+                    "NOT NULL, updated_at REAL NOT NULL, version INTEGER NOT NULL DEFAULT 0)"
                 )
+                columns = {row[1] for row in conn.execute(f"PRAGMA table_info({TABLE})")}
+                if "version" not in columns:  # a table written before versions were kept
+                    with contextlib.suppress(sqlite3.OperationalError):  # another process did
+                        conn.execute(
+                            f"ALTER TABLE {TABLE} ADD COLUMN version INTEGER NOT NULL DEFAULT 0"
+                        )
                 conn.commit()
                 self._ready = True
         return conn
@@ -96,14 +150,54 @@ class SQLiteStateStore:
         conn = self._connect()
         try:
             conn.execute(
-                f"INSERT INTO {TABLE} (thread, state, updated_at) VALUES (?, ?, ?) "
+                f"INSERT INTO {TABLE} (thread, state, updated_at, version) VALUES (?, ?, ?, 1) "
                 "ON CONFLICT(thread) DO UPDATE SET state = excluded.state, "
-                "updated_at = excluded.updated_at",
+                "updated_at = excluded.updated_at, version = version + 1",
                 (thread, state, time.time()),
             )
             conn.commit()
         finally:
             conn.close()
+
+    def _load_versioned(self, thread: str) -> tuple[str | None, int]:
+        conn = self._connect()
+        try:
+            row = conn.execute(
+                f"SELECT state, version FROM {TABLE} WHERE thread = ?", (thread,)
+            ).fetchone()
+        finally:
+            conn.close()
+        return (None, 0) if row is None else (str(row[0]), int(row[1]))
+
+    def _version(self, thread: str) -> int:
+        conn = self._connect()
+        try:
+            row = conn.execute(
+                f"SELECT version FROM {TABLE} WHERE thread = ?", (thread,)
+            ).fetchone()
+        finally:
+            conn.close()
+        return 0 if row is None else int(row[0])
+
+    def _save_if(self, thread: str, state: str, expected: int) -> int | None:
+        conn = self._connect()
+        try:
+            # A row written before versions were kept has version 0, like no row at all.
+            cursor = conn.execute(
+                f"UPDATE {TABLE} SET state = ?, updated_at = ?, version = version + 1 "
+                "WHERE thread = ? AND version = ?",
+                (state, time.time(), thread, expected),
+            )
+            if cursor.rowcount == 0 and expected == 0:
+                cursor = conn.execute(
+                    f"INSERT OR IGNORE INTO {TABLE} (thread, state, updated_at, version) "
+                    "VALUES (?, ?, ?, 1)",
+                    (thread, state, time.time()),
+                )
+            conn.commit()
+        finally:
+            conn.close()
+        return expected + 1 if cursor.rowcount == 1 else None
 
     def _delete(self, thread: str) -> None:
         conn = self._connect()
@@ -120,6 +214,18 @@ class SQLiteStateStore:
     async def save(self, thread: str, state: str) -> None:
         """Replace the saved state."""
         await asyncio.to_thread(self._save, thread, state)
+
+    async def load_versioned(self, thread: str) -> tuple[str | None, int]:
+        """The saved state and its version."""
+        return await asyncio.to_thread(self._load_versioned, thread)
+
+    async def version(self, thread: str) -> int:
+        """The saved state's version (0: none)."""
+        return await asyncio.to_thread(self._version, thread)
+
+    async def save_if(self, thread: str, state: str, expected: int) -> int | None:
+        """Save if the version is still `expected`; the new version, or None."""
+        return await asyncio.to_thread(self._save_if, thread, state, expected)
 
     async def delete(self, thread: str) -> None:
         """Forget `thread`."""

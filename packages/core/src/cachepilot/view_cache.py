@@ -45,11 +45,29 @@ class ViewCache:
         """The last rendered view."""
         self._rewritable: int | None = None
         self._rewritable_scanned = 0
+        self._chars = 0
+        self._count = 0
+
+    @property
+    def approx_bytes(self) -> int:
+        """What the cache holds, roughly: the renderer's copies of the transcript and view
+        (their text, counted as each message joins them), plus per-message overhead."""
+        return self._chars + 256 * self._count
 
     def render(self, messages: Sequence[Message], plan: Plan, keys: Sequence[str]) -> PlanView:
         """`render_plan(messages, plan, keys)`, extending the previous view when it can."""
         view = self.renderer.render(messages, plan, keys)
-        if self.renderer.extended_from is None:
+        extended = self.renderer.extended_from
+        # Each message is held twice (the transcript and the view); what the view shares
+        # with the previous one is counted once, so the count stays O(new messages).
+        fresh = view.messages if extended is None else view.messages[extended:]
+        added = sum(_chars(m) for m in fresh)
+        if extended is None:
+            self._chars, self._count = 2 * added, 2 * len(fresh)
+        else:
+            self._chars += 2 * added
+            self._count += 2 * len(fresh)
+        if extended is None:
             if self._sizes:
                 self._stale = (self._sized, self._sizes)
             self._sized, self._sizes, self._total = [], [], 0
@@ -151,3 +169,8 @@ class ViewCache:
             self._evictable = out
             self._registry, self._transitions = registry, registry.transitions
         return self._evictable
+
+
+def _chars(message: Message) -> int:
+    """Characters of a message's text and tool-call arguments."""
+    return len(message.text) + sum(len(c.arguments) for c in message.tool_calls)

@@ -88,6 +88,7 @@ def sync_pilot_state(pilot: CachePilot, thread: str, persisted: object) -> None:
     nothing is done (the common case within a run). A missing or unreadable value starts the
     thread fresh (logged when it was unreadable).
     """
+    pilot.mark_persisted(thread)  # graph state keeps it: the pilot may let it leave memory
     live = pilot.state(thread)
     if persisted is None:
         if live.revision != 0:

@@ -73,9 +73,11 @@ class ThreadPersistence:
     async def attach(self, thread: str, store: StateStore) -> None:
         """Keep `thread`'s state in `store`; load it (and its recall exchanges) once."""
         self._stores[thread] = store
-        if thread in self._loaded:
+        if thread in self._loaded and self._pilot.holds(thread):
             return
         self._loaded.add(thread)
+        self._saved.pop(thread, None)
+        self._pilot.mark_persisted(thread)  # the store keeps it: it may leave memory
         await self._load_exchanges(thread)
         try:
             text = await store.load(thread)

@@ -46,6 +46,10 @@ REMOVED_BY_RETENTION = "retention period"
 """`removed` reason: the artifact was not accessed for longer than the retention."""
 REMOVED_BY_SIZE = "size limit"
 """`removed` reason: evicted (least recently used) to respect a size cap."""
+REMOVED_BY_FORGET = "owner's request to forget the conversation"
+"""`removed` reason: the whole thread was forgotten (`forget_thread`, `CachePilot.forget`)."""
+FORGOTTEN_MARK = "*"
+"""The tombstone ref that stands for every ref of a forgotten thread."""
 TOMBSTONE_SECONDS: float = 30 * 24 * 3600
 """How long a store remembers why an artifact is gone (at least the retention)."""
 
@@ -499,6 +503,18 @@ class BaseArtifactStore(abc.ABC):
         """Remove all artifacts of a thread; returns how many."""
         return self._delete_all(check_thread(thread))
 
+    def forget_thread(self, thread: str) -> int:
+        """Remove all artifacts of a thread and remember only that it was forgotten (no ref,
+        no content), so a later recall of one of its refs says it was removed; returns how
+        many artifacts were removed."""
+        count = self._delete_all(check_thread(thread))
+        self._mark_forgotten(thread)
+        return count
+
+    def _mark_forgotten(self, thread: str) -> None:
+        """Hook of `forget_thread`: stores that remember removals override it."""
+        return None
+
     @abc.abstractmethod
     def prune(self, now: float | None = None) -> int:
         """Apply retention and size caps; returns how many artifacts were removed."""
@@ -586,6 +602,10 @@ class BaseArtifactStore(abc.ABC):
     async def adelete_thread(self, thread: str) -> int:
         """Async `delete_thread`."""
         return await self._call(self.delete_thread, thread)
+
+    async def aforget_thread(self, thread: str) -> int:
+        """Async `forget_thread`."""
+        return await self._call(self.forget_thread, thread)
 
     async def aprune(self, now: float | None = None) -> int:
         """Async `prune`."""

@@ -16,6 +16,8 @@ from cachepilot.artifacts.base import (
     DEFAULT_MAX_BYTES_PER_THREAD,
     DEFAULT_MAX_TOTAL_BYTES,
     DEFAULT_RETENTION_SECONDS,
+    FORGOTTEN_MARK,
+    REMOVED_BY_FORGET,
     REMOVED_BY_RETENTION,
     REMOVED_BY_SIZE,
     Artifact,
@@ -164,7 +166,12 @@ class InMemoryArtifactStore(BaseArtifactStore):
 
     def _removed_reason(self, thread: str, ref: str) -> str | None:
         with self._lock:
-            return self._tombstones.get(thread, OrderedDict()).get(ref)
+            found = self._tombstones.get(thread, OrderedDict())
+            return found.get(ref) or found.get(FORGOTTEN_MARK)
+
+    def _mark_forgotten(self, thread: str) -> None:
+        with self._lock:
+            self._tombstones[thread] = OrderedDict({FORGOTTEN_MARK: REMOVED_BY_FORGET})
 
     def _delete_all(self, thread: str) -> int:
         with self._lock:

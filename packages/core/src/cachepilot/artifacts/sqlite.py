@@ -19,6 +19,8 @@ from cachepilot.artifacts.base import (
     DEFAULT_MAX_BYTES_PER_THREAD,
     DEFAULT_MAX_TOTAL_BYTES,
     DEFAULT_RETENTION_SECONDS,
+    FORGOTTEN_MARK,
+    REMOVED_BY_FORGET,
     REMOVED_BY_RETENTION,
     REMOVED_BY_SIZE,
     TOMBSTONE_SECONDS,
@@ -288,9 +290,17 @@ class SQLiteArtifactStore(BaseArtifactStore):
     def _removed_reason(self, thread: str, ref: str) -> str | None:
         with self._connection() as conn:
             row = conn.execute(
-                "SELECT reason FROM removed WHERE thread = ? AND ref = ?", (thread, ref)
+                "SELECT reason FROM removed WHERE thread = ? AND ref IN (?, ?) ORDER BY ref = ?",
+                (thread, ref, FORGOTTEN_MARK, FORGOTTEN_MARK),
             ).fetchone()
         return None if row is None else str(row[0])
+
+    def _mark_forgotten(self, thread: str) -> None:
+        with self._connection() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO removed (thread, ref, reason, at) VALUES (?, ?, ?, ?)",
+                (thread, FORGOTTEN_MARK, REMOVED_BY_FORGET, now_from(self._clock, None)),
+            )
 
     def _delete_all(self, thread: str) -> int:
         with self._connection() as conn:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["add_proxy_parser", "cmd_proxy"]
+__all__ = ["add_forget_parser", "add_proxy_parser", "cmd_forget", "cmd_proxy"]
 
 _DESCRIPTION = """\
 Run an HTTP proxy that gives any agent cachepilot's savings without code changes: point the
@@ -57,10 +58,11 @@ def add_proxy_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--store",
-        metavar="PATH",
-        help="SQLite file for archived originals and thread states (inspect it with "
-        "`cachepilot inspect PATH --store PATH`); default: originals in the per-user archive, "
-        "states in memory",
+        metavar="PATH|URL",
+        help="where archived originals and thread states are kept: an SQLite file (inspect it "
+        "with `cachepilot inspect PATH --store PATH`) or a postgresql:// URL; processes that "
+        "share it (--workers, replicas) agree on every thread; default: originals in the "
+        "per-user archive, states in memory",
     )
     p.add_argument(
         "--thread-header",
@@ -79,7 +81,34 @@ def add_proxy_parser(sub: Any) -> None:
     p.add_argument(
         "--timeout", type=float, default=600.0, help="upstream timeout in seconds (default 600)"
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="serve with N processes on one port (needs --store, which they share; default 1)",
+    )
     p.add_argument("--no-metrics", action="store_true", help="do not serve GET /metrics")
+    p.add_argument(
+        "--metrics-per-thread",
+        action="store_true",
+        help="list each thread's totals in /metrics too (labelled by a salted digest)",
+    )
+    p.add_argument(
+        "--metrics-token",
+        metavar="TOKEN",
+        default=os.environ.get("CACHEPILOT_METRICS_TOKEN"),
+        help="answer /metrics only with 'Authorization: Bearer TOKEN' (default: "
+        "$CACHEPILOT_METRICS_TOKEN; none)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="a Host header value /metrics answers (repeatable; default: the bound address, "
+        "and localhost names on loopback)",
+    )
 
 
 def cmd_proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -101,17 +130,86 @@ def cmd_proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         host=args.host,
         port=args.port,
         provider=args.provider,
-        store=Path(args.store) if args.store else None,
+        store=args.store or None,
         thread_header=args.thread_header,
         key_scope=not args.no_key_scope,
         recall=not args.no_recall,
         timeout=args.timeout,
         metrics=not args.no_metrics,
+        metrics_per_thread=args.metrics_per_thread,
+        metrics_token=args.metrics_token or None,
+        allowed_hosts=tuple(args.allowed_host),
     )
     out.write(
         f"cachepilot proxy on http://{config.host}:{config.port} -> {config.upstream} "
         f"(provider profile {config.provider})\n"
     )
     out.flush()
-    serve(config)
+    if args.workers > 1 and config.store is None:
+        raise ValueError("--workers needs --store: the worker processes share threads through it")
+    serve(config, workers=args.workers)
+    return 0
+
+
+def add_forget_parser(sub: Any) -> None:
+    """Add the `forget` subcommand (a thread of a proxy's `--store`)."""
+    p = sub.add_parser(
+        "forget",
+        help="forget a thread of a proxy's --store: its state and archived originals",
+        description="Remove one thread from a proxy's --store: its stored state and every "
+        "archived original (a later recall of one of its refs answers that it was removed). "
+        "THREAD is the X-CachePilot-Thread value the client sent; with the proxy's key scope "
+        "(the default) name the API key through --api-key-env so the scoped name can be "
+        "derived with the store's secret, or pass the name `cachepilot inspect` lists with "
+        "--stored-name.",
+    )
+    p.add_argument("thread", metavar="THREAD", help="the thread header value (or stored name)")
+    p.add_argument("--store", required=True, metavar="PATH|URL", help="the proxy's --store")
+    p.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="environment variable holding the API key the thread was scoped to",
+    )
+    p.add_argument(
+        "--stored-name", action="store_true", help="THREAD is the stored name, as listed"
+    )
+
+
+def cmd_forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Run `cachepilot forget`; returns the exit status."""
+    import asyncio
+
+    from cachepilot.pilot import CachePilot
+    from cachepilot.proxy.secret import load_secret
+    from cachepilot.proxy.stores import is_url, open_stores
+    from cachepilot.proxy.threads import key_scope
+
+    if not is_url(args.store) and not Path(args.store).is_file():
+        raise ValueError(f"no such store: {args.store}")
+    artifacts, states = open_stores(args.store)
+    key = None
+    if not args.stored_name and args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            raise ValueError(f"${args.api_key_env} is not set")
+
+    async def forget() -> bool:
+        name = str(args.thread)
+        if key is not None:
+            name = f"{key_scope({'x-api-key': key}, await load_secret(states))}/{name}"
+        had_state = await states.load(name) is not None
+        if not (had_state or await artifacts.alist(name)):
+            return False
+        await CachePilot(store=artifacts).aforget(name)
+        await states.delete(name)
+        return True
+
+    try:
+        found = asyncio.run(forget())
+    finally:
+        artifacts.close()
+    if not found:
+        err.write("cachepilot forget: the store holds no such thread\n")
+        return 1
+    out.write("forgot the thread: its state and archived originals are removed\n")
     return 0

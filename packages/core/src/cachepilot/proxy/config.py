@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from cachepilot.proxy.stores import is_url
 from cachepilot.sim import DEFAULT_PROFILE, get_profile
 
 __all__ = ["DEFAULT_THREAD_HEADER", "ProxyConfig"]
 
 DEFAULT_THREAD_HEADER = "x-cachepilot-thread"
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _host_name(value: str) -> str:
+    """The name part of a `Host` value (`[::1]:8787` -> `::1`, `a.b:80` -> `a.b`)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,15 +38,23 @@ class ProxyConfig:
         host: address to listen on (loopback by default: the proxy sees API keys).
         port: port to listen on.
         provider: provider cache profile for the cost model and the metrics.
-        store: SQLite file for archived originals and the threads' states (None: originals
-            in the per-user default archive, states in memory only).
+        store: where archived originals and the threads' states are kept: an SQLite file, or
+            a PostgreSQL URL (`cachepilot.proxy.stores`) that several processes share (None:
+            originals in the per-user default archive, states in memory only).
         thread_header: request header that names the thread explicitly.
         key_scope: prefix every thread with a digest of the request's API key, so two keys
             never share a thread (nor its archive).
         recall: offer the `recall` tool (and reduce tool results) to clients that send tools.
         timeout: seconds to wait for the upstream (connect, each read, each write).
         max_recall_rounds: recall round trips answered per client request.
-        metrics: serve `GET /metrics` (per-thread totals as JSON).
+        metrics: serve `GET /metrics` (Prometheus text format: totals, no thread names).
+        metrics_per_thread: also list each thread's totals in `/metrics`, labelled by a
+            salted digest of the thread name (`cachepilot.proxy.secret`), never the name.
+        metrics_token: when set, `/metrics` answers only requests carrying
+            `Authorization: Bearer <token>` (for scraping from another host).
+        allowed_hosts: host names `/metrics` answers in the `Host` header (a web page
+            reaching the proxy through DNS rebinding sends its own host name); empty: the
+            bound address and, on loopback, `localhost`, `127.0.0.1` and `::1`.
         clock: the time source of the cost model (the wall clock; benchmarks replaying
             recorded sessions pass the recording's clock).
     """
@@ -43,13 +63,16 @@ class ProxyConfig:
     host: str = "127.0.0.1"
     port: int = 8787
     provider: str = DEFAULT_PROFILE
-    store: Path | None = None
+    store: Path | str | None = None
     thread_header: str = DEFAULT_THREAD_HEADER
     key_scope: bool = True
     recall: bool = True
     timeout: float = 600.0
     max_recall_rounds: int = 3
     metrics: bool = True
+    metrics_per_thread: bool = False
+    metrics_token: str | None = None
+    allowed_hosts: tuple[str, ...] = ()
     clock: Callable[[], float] = field(default=time.time, compare=False)
 
     def __post_init__(self) -> None:
@@ -75,7 +98,46 @@ class ProxyConfig:
         if not 0 <= self.max_recall_rounds <= 16:
             raise ValueError("max_recall_rounds must be in 0..16")
         if self.store is not None:
-            object.__setattr__(self, "store", Path(self.store))
+            text = str(self.store)
+            if not text.strip():
+                raise ValueError("--store must name an SQLite file or a postgresql:// URL")
+            object.__setattr__(self, "store", text if is_url(text) else Path(text))
+        if self.metrics_token is not None and (
+            len(self.metrics_token) < 16 or not self.metrics_token.isprintable()
+        ):
+            raise ValueError("--metrics-token must be at least 16 printable characters")
+        hosts = tuple(h.strip().lower() for h in self.allowed_hosts)
+        if any(not h or any(c.isspace() for c in h) for h in hosts):
+            raise ValueError(f"invalid --allowed-host value in {self.allowed_hosts!r}")
+        object.__setattr__(self, "allowed_hosts", hosts)
+
+    def to_json(self) -> str:
+        """The settings as JSON (the clock is not carried: `from_json` uses the wall clock)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields.pop("clock")
+        fields["store"] = str(self.store) if self.store is not None else None
+        fields["allowed_hosts"] = list(self.allowed_hosts)
+        return json.dumps(fields)
+
+    @classmethod
+    def from_json(cls, text: str) -> ProxyConfig:
+        """Settings written by `to_json` (validated again)."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("proxy settings must be a JSON object")
+        data["allowed_hosts"] = tuple(data.get("allowed_hosts") or ())
+        return cls(**data)
+
+    def metrics_host_allowed(self, host: str) -> bool:
+        """Whether `/metrics` answers a request with this `Host` header (see `allowed_hosts`).
+
+        Only the name counts: a page reaching the port through DNS rebinding has the same port
+        and its own name.
+        """
+        names = set(map(_host_name, self.allowed_hosts)) or {_host_name(self.host)}
+        if not self.allowed_hosts and names & _LOOPBACK:
+            names |= _LOOPBACK
+        return _host_name(host) in names
 
     def target(self, path: str) -> str:
         """The upstream URL for a request path (`/v1/messages` → `<upstream>/v1/messages`)."""

@@ -21,23 +21,26 @@ from typing import Any
 
 import httpx
 
-from cachepilot.artifacts import SQLiteArtifactStore
 from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import ContentPart, Message, ToolCall
-from cachepilot.metrics import Metrics, call_metrics
+from cachepilot.metrics import call_metrics
 from cachepilot.pilot import CachePilot, Config
 from cachepilot.proxy.config import ProxyConfig
 from cachepilot.proxy.families import Families
 from cachepilot.proxy.memory import ThreadMemory, Threads
 from cachepilot.proxy.pipeline import Pipeline, Prepared
+from cachepilot.proxy.prometheus import ProxyMetrics
 from cachepilot.proxy.recall import answer, recall_calls, strip_recall
 from cachepilot.proxy.relay import Relay, add_usage, sse_bytes
+from cachepilot.proxy.secret import Secret, load_secret
+from cachepilot.proxy.stores import open_stores
 from cachepilot.proxy.threads import identify
 from cachepilot.recall import RECALL_TOOL_NAME
-from cachepilot.state_store import SQLiteStateStore, StateStore
+from cachepilot.state_store import StateStore
 from cachepilot.usage import Usage
 from cachepilot.wire import (
     Api,
+    BodyView,
     EventSplitter,
     WireError,
     api_from_path,
@@ -179,19 +182,18 @@ class ProxyEngine:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.config = config
+        artifacts, states = open_stores(config.store) if config.store is not None else (None, None)
         if pilot is None:
-            store = SQLiteArtifactStore(config.store) if config.store is not None else None
-            pilot = CachePilot(proxy_pilot_config(config.provider), store=store)
-        if state_store is None and config.store is not None:
-            state_store = SQLiteStateStore(config.store)
+            pilot = CachePilot(proxy_pilot_config(config.provider), store=artifacts)
+        if state_store is None:
+            state_store = states
         self.pilot = pilot
         self.threads = Threads(pilot, state_store)
         self.families = Families(self.threads)
         self.pipeline = Pipeline(pilot, config)
-        self.metrics = Metrics()
-        self._recalls_seen: dict[str, int] = {}
-        """Per thread, the state's recall count at its last recorded call (a stored state
-        brings recalls served before this process started: they are not this process's)."""
+        self.metrics = ProxyMetrics(per_thread=config.metrics_per_thread)
+        self._secret: Secret | None = None
+        self._secret_lock = asyncio.Lock()
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
 
@@ -208,10 +210,26 @@ class ProxyEngine:
         return self._client
 
     async def aclose(self) -> None:
-        """Close the upstream client."""
+        """Close the upstream client and the state store's connections."""
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+        close = getattr(self.threads.store, "aclose", None)
+        if close is not None:
+            await close()
+
+    async def secret(self) -> Secret:
+        """The store's secret (loaded, or created, on first use)."""
+        if self._secret is None:
+            async with self._secret_lock:
+                if self._secret is None:
+                    self._secret = await load_secret(self.threads.store)
+                    self.threads.label = self._secret.label
+        return self._secret
+
+    def label(self, thread: str) -> str:
+        """What logs and metrics show for a thread (a salted digest, never the name)."""
+        return self.threads.label(thread)
 
     # ------------------------------------------------------------------ entry point
 
@@ -248,16 +266,17 @@ class ProxyEngine:
             view,
             header=self.config.thread_header,
             scoped=self.config.key_scope,
+            secret=await self.secret(),
             previous=self.threads.responses,
         )
         memory = await self.threads.get(await self.families.resolve(thread))
         async with memory.lock:
             try:
-                prepared = await asyncio.to_thread(self.pipeline.prepare, view, memory)
+                prepared = await self._prepare(view, memory)
             except Exception:
                 logger.warning(
                     "thread %s: preparing the request failed; forwarding it unchanged",
-                    thread.name,
+                    self.label(thread.name),
                     exc_info=True,
                 )
                 return await self._passthrough(
@@ -269,6 +288,27 @@ class ProxyEngine:
         if body.get("stream") is True:
             return await self._streamed(api, target, headers, prepared, memory)
         return await self._complete(api, target, headers, prepared, memory)
+
+    async def _prepare(self, view: BodyView, memory: ThreadMemory, attempts: int = 8) -> Prepared:
+        """The request as the thread's state makes it, that state saved before it is sent.
+
+        With a store that several processes share, the thread is loaded again when another
+        process saved it since, and the prepared state is saved only over the version it was
+        prepared from; when another process saved first, it is prepared again over theirs.
+        So every process sends what one process serving all the requests would, and no two
+        processes apply two different plans. (Called with the thread's lock held.)
+        """
+        for _ in range(attempts):
+            await self.threads.refresh(memory)
+            prepared = await asyncio.to_thread(self.pipeline.prepare, view, memory)
+            if await self.threads.commit(memory):
+                return prepared
+        logger.warning(
+            "thread %s: still conflicting after %d attempts; sending the last preparation",
+            self.label(memory.name),
+            attempts,
+        )
+        return prepared
 
     def _target(self, path: str, query: str) -> str:
         url = self.config.target(path)
@@ -373,7 +413,7 @@ class ProxyEngine:
             if not isinstance(payload, dict):
                 return Answer(response.status_code, self._reply_headers(response), data)
             info = parse_response(payload, api)
-            self._record(prepared, info.usage, payload.get("model"))
+            self._record(prepared, memory, info.usage, payload.get("model"))
             if isinstance(payload.get("usage"), Mapping):
                 usages.append(payload["usage"])
             reply = _one(info.output)
@@ -446,19 +486,21 @@ class ProxyEngine:
         """Remember what the upstream saw where the client was shown `shown`."""
         if prepared.view.stateful:
             return  # the server holds the conversation, recall exchange included
-        memory.splices.add(shown, prepared.view.api, upstream)
+        memory.apply(lambda: memory.splices.add(shown, prepared.view.api, upstream))
 
-    def _record(self, prepared: Prepared, usage: Usage | None, model: Any) -> None:
+    def _record(
+        self, prepared: Prepared, memory: ThreadMemory, usage: Usage | None, model: Any
+    ) -> None:
         """Add one upstream call's usage to the thread's state and metrics."""
         if usage is None:
             return
         try:
-            self.pilot.record_usage(usage, prepared.thread)
+            memory.apply(lambda: self.pilot.record_usage(usage, prepared.thread))
             state = self.pilot.state(prepared.thread)
             # Recalls the proxy served since this thread's last recorded call.
-            seen = self._recalls_seen.get(prepared.thread)
+            seen = memory.recalls_seen
             served = 0 if seen is None else state.recalls - seen
-            self._recalls_seen[prepared.thread] = state.recalls
+            memory.recalls_seen = state.recalls
             self.metrics.record(
                 call_metrics(
                     usage,
@@ -470,7 +512,9 @@ class ProxyEngine:
                 )
             )
         except Exception:
-            logger.warning("thread %s: usage not recorded", prepared.thread, exc_info=True)
+            logger.warning(
+                "thread %s: usage not recorded", self.label(prepared.thread), exc_info=True
+            )
 
     # ------------------------------------------------------------------ streams
 
@@ -537,7 +581,9 @@ class ProxyEngine:
                             if out is not None:
                                 yield out
                 except (httpx.HTTPError, ValueError) as exc:
-                    logger.warning("thread %s: upstream stream broke off", prepared.thread)
+                    logger.warning(
+                        "thread %s: upstream stream broke off", self.label(prepared.thread)
+                    )
                     yield _stream_error(api, f"upstream stream broke off: {type(exc).__name__}")
                     return
                 for event in splitter.close():
@@ -546,7 +592,7 @@ class ProxyEngine:
                         yield out
                 await current.aclose()
                 current = None
-                self._record(prepared, relay.reply.usage, None)
+                self._record(prepared, memory, relay.reply.usage, None)
                 reply = relay.reply.message()
                 if api == "responses" and relay.reply.response_id:
                     self.threads.remember_response(relay.reply.response_id, prepared.thread)

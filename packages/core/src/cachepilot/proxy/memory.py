@@ -14,14 +14,14 @@ import asyncio
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cachepilot.messages import Message
 from cachepilot.pilot import CachePilot
 from cachepilot.proxy.recall import Splices
 from cachepilot.sim import RenderedRequest
-from cachepilot.state_store import StateStore
+from cachepilot.state_store import StateStore, VersionedStateStore
 
 __all__ = ["ThreadMemory", "Threads"]
 
@@ -29,6 +29,10 @@ logger = logging.getLogger(__name__)
 
 _PROXY_KEY = "proxy"
 """Key of the proxy's own part in a stored thread document (a `PilotState` ignores it)."""
+
+
+def _unnamed(_: str) -> str:
+    return "(unnamed)"
 
 
 class ThreadMemory:
@@ -43,6 +47,19 @@ class ThreadMemory:
         self.requests = 0
         self.marks_refused = False
         """The upstream refused a request for its cache marks: add none from now on."""
+        self.recalls_seen: int | None = None
+        """The state's recall count at the thread's last recorded call in this process (a
+        stored state brings recalls served before: they are not this process's)."""
+        self.version = 0
+        """The stored version this process's copy of the thread stands for."""
+        self.pending: list[Callable[[], None]] = []
+        """Changes since the last save (usage, splices), re-applied over a newer stored
+        state when another process saved the thread first."""
+
+    def apply(self, change: Callable[[], None]) -> None:
+        """Make a change to the thread now, and again over a newer stored state if needed."""
+        change()
+        self.pending.append(change)
 
     def intern(self, messages: Sequence[Message]) -> list[Message]:
         """`messages` with the leading ones equal to the last request's replaced by those."""
@@ -77,6 +94,8 @@ class Threads:
         self._responses: OrderedDict[str, str] = OrderedDict()
         self._aliases: OrderedDict[str, str] = OrderedDict()
         self._lock = asyncio.Lock()
+        self.label: Callable[[str], str] = _unnamed
+        """What logs show for a thread name (the engine sets the store secret's label)."""
 
     async def get(self, name: str) -> ThreadMemory:
         """The memory of thread `name`, its stored state loaded on first use."""
@@ -84,22 +103,62 @@ class Threads:
             found = self._threads.get(name)
             if found is not None:
                 self._threads.move_to_end(name)
-                return found
-            found = ThreadMemory(name)
+                if self.store is None or self.pilot.holds(name):
+                    return found
+                # The pilot let the state go (idle, over its memory bounds): load it again.
+                found.previous = []
+            else:
+                found = ThreadMemory(name)
             self._threads[name] = found
             while len(self._threads) > self._max:
                 evicted, _ = self._threads.popitem(last=False)
                 # Its state stays in the store; the pilot's live copy and caches go.
                 self.pilot.drop_thread(evicted, artifacts=False)
         if self.store is not None:
-            try:
-                saved = await self.store.load(name)
-            except Exception:
-                logger.warning("thread %s: its stored state could not be read", name, exc_info=True)
-                saved = None
-            if saved:
-                self._restore(found, saved)
+            self.pilot.mark_persisted(name)
+            await self._load(found)
         return found
+
+    async def _load(self, memory: ThreadMemory) -> None:
+        """Load the thread's stored state (and its version) into the pilot and `memory`."""
+        assert self.store is not None
+        try:
+            if isinstance(self.store, VersionedStateStore):
+                saved, memory.version = await self.store.load_versioned(memory.name)
+            else:
+                saved = await self.store.load(memory.name)
+        except Exception:
+            logger.warning(
+                "thread %s: its stored state could not be read",
+                self.label(memory.name),
+                exc_info=True,
+            )
+            return
+        memory.previous = []
+        if saved:
+            self._restore(memory, saved)
+        else:
+            self.pilot.load_state(memory.name, {})
+            memory.splices = Splices()
+
+    async def refresh(self, memory: ThreadMemory) -> bool:
+        """Load the thread again when another process saved it since this one read or saved
+        it (one version read when nothing changed); True when it was loaded."""
+        if not isinstance(self.store, VersionedStateStore):
+            return False
+        try:
+            current = await self.store.version(memory.name)
+        except Exception:
+            logger.warning(
+                "thread %s: its stored version could not be read",
+                self.label(memory.name),
+                exc_info=True,
+            )
+            return False
+        if current == memory.version:
+            return False
+        await self._load(memory)
+        return True
 
     def _restore(self, memory: ThreadMemory, saved: str) -> None:
         try:
@@ -108,18 +167,67 @@ class Threads:
             self.pilot.load_state(memory.name, data)
             memory.splices = Splices.from_json((proxy or {}).get("splices"))
         except Exception:
-            logger.warning("thread %s: ignoring an unreadable stored state", memory.name)
+            logger.warning(
+                "thread %s: ignoring an unreadable stored state", self.label(memory.name)
+            )
 
-    async def save(self, memory: ThreadMemory) -> None:
-        """Store the thread's pilot state and splices (failures are logged, never raised)."""
-        if self.store is None:
-            return
+    def _document(self, memory: ThreadMemory) -> str:
         doc: dict[str, Any] = self.pilot.export_state(memory.name)
         doc[_PROXY_KEY] = {"splices": memory.splices.to_json()}
+        return json.dumps(doc, ensure_ascii=False)
+
+    async def commit(self, memory: ThreadMemory) -> bool:
+        """Save the thread only if no other process saved it since this one read it (no
+        re-applying); False on such a conflict. Stores without versions always save."""
+        if self.store is None:
+            return True
         try:
-            await self.store.save(memory.name, json.dumps(doc, ensure_ascii=False))
+            if not isinstance(self.store, VersionedStateStore):
+                await self.store.save(memory.name, self._document(memory))
+                return True
+            version = await self.store.save_if(memory.name, self._document(memory), memory.version)
         except Exception:
-            logger.warning("thread %s: its state could not be stored", memory.name, exc_info=True)
+            logger.warning(
+                "thread %s: its state could not be stored", self.label(memory.name), exc_info=True
+            )
+            return True  # nothing to retry against: the store is failing
+        if version is None:
+            return False
+        memory.version = version
+        memory.pending.clear()
+        return True
+
+    async def save(self, memory: ThreadMemory, attempts: int = 8) -> None:
+        """Store the thread's pilot state and splices (failures are logged, never raised).
+
+        When another process saved the thread first, its state is loaded and this request's
+        changes (`ThreadMemory.apply`) are made again over it, so no recorded call is lost.
+        """
+        async with memory.lock:
+            for _ in range(attempts):
+                if await self.commit(memory):
+                    return
+                pending = list(memory.pending)
+                await self._load(memory)
+                for change in pending:
+                    change()
+                memory.pending = pending
+            logger.warning(
+                "thread %s: its state was not stored after %d conflicting saves",
+                self.label(memory.name),
+                attempts,
+            )
+
+    async def forget(self, name: str) -> None:
+        """Forget thread `name`: memory, the pilot's state, views and archive, the stored
+        document, and the response ids that pointed at it (store failures raise)."""
+        async with self._lock:
+            self._threads.pop(name, None)
+            for key in [k for k, v in self._responses.items() if v == name]:
+                del self._responses[key]
+        await self.pilot.aforget(name)
+        if self.store is not None:
+            await self.store.delete(name)
 
     def remember_response(self, response_id: str, thread: str) -> None:
         """Note which thread a Responses id belongs to (for `previous_response_id`)."""

@@ -78,7 +78,7 @@ def answer(pilot: CachePilot, thread: str, call: ToolCall) -> Message:
             thread=thread,
         )
     except Exception:
-        logger.warning("thread %s: recall failed", thread, exc_info=True)
+        logger.warning("recall failed", exc_info=True)  # thread names stay out of logs
         text = "[recall failed: the archive could not be read; continue without it]"
     return Message(role="tool", content=text, tool_call_id=call.id, name=RECALL_TOOL_NAME)
 

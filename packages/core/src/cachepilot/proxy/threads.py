@@ -18,9 +18,12 @@ first user message) only in volatile spans continues that thread (`cachepilot.pr
 a per-call session id or build number does not start a new thread).
 
 With key scoping (the default) every thread name starts with a digest of the request's API
-key (`Authorization`, `x-api-key` or `api-key`), so requests under two keys never share a
-thread, nor its archive. The key itself is never stored or logged; names from the body are
-digests too, so no body value leaks into logs or the state store.
+key (`Authorization: Bearer <key>`, `x-api-key` or `api-key`: the same key gives the same
+scope whichever header carries it), salted with the store's secret (`cachepilot.proxy.secret`)
+so a name cannot confirm a guessed key, and requests under two keys never share a thread, nor
+its archive. The key itself is never stored or logged; names from the body are digests too, so
+no body value leaks into logs or the state store. Header names starting with `cachepilot:` are
+reserved (the proxy's own documents) and ignored.
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cachepilot.canonical import canonicalize_text
+from cachepilot.proxy.secret import RESERVED_PREFIX, Secret
 from cachepilot.wire import BodyView, thread_keys
 
-__all__ = ["AUTH_HEADERS", "ThreadId", "identify", "key_scope"]
+__all__ = ["AUTH_HEADERS", "ThreadId", "api_key", "identify", "key_scope"]
 
 AUTH_HEADERS = ("authorization", "x-api-key", "api-key")
 _MAX_NAME = 200
@@ -62,17 +66,30 @@ def _digest(*parts: str) -> str:
     return h.hexdigest()[:24]
 
 
-def key_scope(headers: Mapping[str, str]) -> str | None:
-    """A digest naming the request's API key (None when the request carries none)."""
+def api_key(headers: Mapping[str, str]) -> str | None:
+    """The request's API key, as the provider reads it (the `Bearer` scheme dropped)."""
     for name in AUTH_HEADERS:
-        value = headers.get(name)
+        value = headers.get(name, "").strip()
+        if name == "authorization" and value[:7].lower() == "bearer ":
+            value = value[7:].strip()
         if value:
-            return "a" + _digest("cachepilot-proxy-key", value)[:12]
+            return value
     return None
 
 
+def key_scope(headers: Mapping[str, str], secret: Secret) -> str | None:
+    """A salted digest naming the request's API key (None when the request carries none)."""
+    key = api_key(headers)
+    return None if key is None else "a" + secret.digest("key-scope", key)
+
+
 def _valid_name(value: str) -> bool:
-    return 0 < len(value) <= _MAX_NAME and value.isprintable() and value.strip() == value
+    return (
+        0 < len(value) <= _MAX_NAME
+        and value.isprintable()
+        and value.strip() == value
+        and not value.startswith(RESERVED_PREFIX)
+    )
 
 
 def identify(
@@ -81,6 +98,7 @@ def identify(
     *,
     header: str,
     scoped: bool,
+    secret: Secret,
     previous: Mapping[str, str] | None = None,
 ) -> ThreadId:
     """The thread of one request (see the module docstring for the rule).
@@ -90,6 +108,7 @@ def identify(
         view: the body as read.
         header: the name of the explicit thread header.
         scoped: prefix the name with the API key's digest.
+        secret: the store's secret, which the key's digest is salted with.
         previous: thread by response id, for Responses `previous_response_id`.
     """
     found: ThreadId | None = None
@@ -118,7 +137,7 @@ def identify(
             "h-" + _digest(view.system or "", first), "hash", "f-" + _digest("hash", first), system
         )
     if scoped:
-        scope = key_scope(headers)
+        scope = key_scope(headers, secret)
         if scope is not None:
             family = f"{scope}/{found.family}" if found.family else None
             return ThreadId(f"{scope}/{found.name}", found.source, family, found.system)

@@ -1,0 +1,154 @@
+"""`/metrics` for operators: Prometheus text, no raw thread names or key digests, a Host check
+against DNS rebinding, an optional scrape token; no client ids or thread names in logs."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from typing import Any
+
+import httpx
+import pytest
+from proxy_helpers import running_proxy
+from scripts import BASH, BIG, CALL, SYSTEM, plain_script
+
+from cachepilot.proxy import ProxyConfig
+from cachepilot_bench.replay import ReplayProvider
+
+THREAD = "alice-private-thread"
+KEY = "sk-test-guessable-key"
+_SAMPLE = re.compile(r'^[a-z_:][a-z0-9_:]*\{[a-z_]+="[^"\n]*"(,[a-z_]+="[^"\n]*")*\} -?[0-9.e+-]+$')
+
+
+def _body() -> dict[str, Any]:
+    return {
+        "model": "m",
+        "tools": [BASH],
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Build the project."},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": CALL.id, "type": "function",
+                 "function": {"name": "bash", "arguments": CALL.arguments}}]},
+            {"role": "tool", "tool_call_id": CALL.id, "content": BIG},
+        ],
+    }  # fmt: skip
+
+
+def _call(proxy_url: str, headers: dict[str, str]) -> None:
+    reply = httpx.post(f"{proxy_url}/chat/completions", json=_body(), headers=headers, timeout=30)
+    assert reply.status_code == 200
+
+
+def parse(text: str) -> dict[str, list[tuple[str, float]]]:
+    """Families of a Prometheus text exposition: name -> [(labels, value)]; fails on any line
+    that is neither a HELP/TYPE comment nor a well-formed sample."""
+    families: dict[str, list[tuple[str, float]]] = {}
+    typed: set[str] = set()
+    assert text.endswith("\n")
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            name, kind = line[7:].split(" ")
+            assert kind in {"counter", "gauge"} and (kind != "counter" or name.endswith("_total"))
+            typed.add(name)
+            continue
+        if line.startswith("# HELP "):
+            continue
+        assert _SAMPLE.match(line), line
+        name, rest = line.split("{", 1)
+        labels, value = rest.rsplit("} ", 1)
+        assert name in typed, f"sample before its TYPE line: {line}"
+        families.setdefault(name, []).append((labels, float(value)))
+    return families
+
+
+def test_metrics_speak_prometheus_without_names_or_key_digests() -> None:
+    with (
+        ReplayProvider(plain_script()) as upstream,
+        running_proxy(upstream.base_url, metrics_per_thread=True) as proxy,
+    ):
+        _call(proxy.base_url, {"x-cachepilot-thread": THREAD, "authorization": f"Bearer {KEY}"})
+        reply = httpx.get(f"{proxy.root}/metrics", timeout=30)
+        names = proxy.engine.threads.names()
+    assert reply.status_code == 200
+    assert reply.headers["content-type"].startswith("text/plain; version=0.0.4")
+    families = parse(reply.text)
+    calls = dict(families["cachepilot_proxy_model_calls_total"])
+    assert calls[f'provider="{ProxyConfig(upstream="http://x").provider}"'] == 1
+    assert any('thread="t' in labels for labels in calls)  # the per-thread sample, labelled
+    assert families["cachepilot_proxy_prompt_tokens_total"][0][1] > 0
+    # Neither the thread's name, nor the key, nor a digest anyone could recompute.
+    assert len(names) == 1 and THREAD in names[0]
+    for secret in (THREAD, KEY, names[0], names[0].split("/")[0]):
+        assert secret not in reply.text
+    for value in (KEY, f"Bearer {KEY}", THREAD):
+        assert hashlib.sha256(value.encode()).hexdigest()[:12] not in reply.text
+
+
+def test_per_thread_detail_is_off_by_default() -> None:
+    with (
+        ReplayProvider(plain_script()) as upstream,
+        running_proxy(upstream.base_url) as proxy,
+    ):
+        _call(proxy.base_url, {"x-cachepilot-thread": THREAD})
+        families = parse(httpx.get(f"{proxy.root}/metrics", timeout=30).text)
+    assert all("thread=" not in labels for f in families.values() for labels, _ in f)
+    assert families["cachepilot_proxy_threads_in_memory"][0][1] == 1
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8787", "127.0.0.2"])
+def test_a_foreign_host_is_refused(host: str) -> None:
+    with ReplayProvider(plain_script()) as upstream, running_proxy(upstream.base_url) as proxy:
+        refused = httpx.get(f"{proxy.root}/metrics", headers={"host": host}, timeout=30)
+        allowed = httpx.get(f"{proxy.root}/metrics", headers={"host": "localhost"}, timeout=30)
+    assert refused.status_code == 421 and "cachepilot_proxy" not in refused.text
+    assert allowed.status_code == 200
+
+
+def test_allowed_hosts_and_the_scrape_token() -> None:
+    token = "scrape-token-0123456789"
+    settings = {"allowed_hosts": ("metrics.internal",), "metrics_token": token}
+    with (
+        ReplayProvider(plain_script()) as upstream,
+        running_proxy(upstream.base_url, **settings) as proxy,
+    ):
+        url = f"{proxy.root}/metrics"
+        host = {"host": "metrics.internal:9000"}
+        loopback = httpx.get(url, headers={"authorization": f"Bearer {token}"}, timeout=30)
+        anonymous = httpx.get(url, headers=host, timeout=30)
+        wrong = httpx.get(url, headers={**host, "authorization": "Bearer nope"}, timeout=30)
+        right = httpx.get(url, headers={**host, "authorization": f"Bearer {token}"}, timeout=30)
+    assert loopback.status_code == 421  # only the configured names once any is given
+    assert anonymous.status_code == 401 and wrong.status_code == 401
+    assert right.status_code == 200 and "cachepilot_proxy_model_calls_total" in right.text
+
+
+def test_bad_metrics_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="metrics-token"):
+        ProxyConfig(upstream="http://x", metrics_token="short")
+    with pytest.raises(ValueError, match="allowed-host"):
+        ProxyConfig(upstream="http://x", allowed_hosts=("a b",))
+
+
+class _BrokenStore:
+    async def load(self, thread: str) -> str | None:
+        raise OSError("disk gone")
+
+    async def save(self, thread: str, state: str) -> None:
+        raise OSError("disk gone")
+
+    async def delete(self, thread: str) -> None:
+        raise OSError("disk gone")
+
+
+def test_warnings_name_no_thread_and_no_call_id(caplog: pytest.LogCaptureFixture) -> None:
+    with (
+        caplog.at_level(logging.INFO, logger="cachepilot"),
+        ReplayProvider(plain_script()) as upstream,
+        running_proxy(upstream.base_url, state_store=_BrokenStore()) as proxy,  # type: ignore[arg-type]
+    ):
+        _call(proxy.base_url, {"x-cachepilot-thread": THREAD})
+    shown = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert any("could not be" in line for line in shown)  # the store failures were reported
+    assert not any(THREAD in line or CALL.id in line for line in shown)
