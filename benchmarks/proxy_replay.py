@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import httpx
 
 from cachepilot import CachePilot
 from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.pilot import Config
 from cachepilot.proxy import ProxyConfig, ProxyEngine, create_app
 from cachepilot.proxy.engine import proxy_pilot_config
 from cachepilot.sim import get_profile
@@ -36,6 +38,7 @@ from cachepilot_bench.calibrate import estimate_hidden_prefix
 from cachepilot_bench.replay import ReplayProvider, ReplayScript
 from cachepilot_bench.request_logs import session_to_log
 from cachepilot_bench.traces import Session, load_paths
+from cachepilot_bench.variants import VARIANT_BASE, parse_variant
 
 
 def _bodies(session: Session, script: ReplayScript) -> list[dict[str, Any]]:
@@ -63,10 +66,23 @@ async def _straight(bodies: list[dict[str, Any]], provider: ReplayProvider) -> N
             reply.raise_for_status()
 
 
-async def _proxied(bodies: list[dict[str, Any]], provider: ReplayProvider, profile: str) -> None:
+def pilot_config(profile: str, settings: Sequence[str] = ()) -> Config:
+    """The proxy's default pilot config (`cachepilot proxy`), with `settings` (`key=value`
+    `MaintenanceConfig` fields, validated as `cachepilot bench` validates
+    `cachepilot[key=value,...]`) applied over its maintenance settings."""
+    config = proxy_pilot_config(profile)
+    if not settings:
+        return config
+    asked = parse_variant(f"{VARIANT_BASE}[{','.join(settings)}]")
+    maintenance = config.maintenance.model_copy(update=asked.model_dump(exclude_unset=True))
+    return config.model_copy(update={"maintenance": maintenance})
+
+
+async def _proxied(
+    bodies: list[dict[str, Any]], provider: ReplayProvider, profile: str, pilot_config: Config
+) -> None:
     config = ProxyConfig(upstream=provider.base_url, provider=profile, clock=provider.clock)
-    # The pilot the proxy builds by default (`cachepilot proxy`), with an in-memory archive.
-    pilot = CachePilot(proxy_pilot_config(profile), store=InMemoryArtifactStore())
+    pilot = CachePilot(pilot_config, store=InMemoryArtifactStore())
     engine = ProxyEngine(config, pilot=pilot, state_store=MemoryStateStore())
     transport = httpx.ASGITransport(app=create_app(engine))
     async with httpx.AsyncClient(transport=transport, base_url="http://proxy", timeout=120) as c:
@@ -76,8 +92,12 @@ async def _proxied(bodies: list[dict[str, Any]], provider: ReplayProvider, profi
     await engine.aclose()
 
 
-def run(paths: list[str], profile: str) -> dict[str, Any]:
-    """Replay every Claude Code session under `paths`; returns per-session and total costs."""
+def run(paths: list[str], profile: str, settings: Sequence[str] = ()) -> dict[str, Any]:
+    """Replay every Claude Code session under `paths`; returns per-session and total costs.
+
+    `settings`: `key=value` maintenance settings of the proxy's pilot (see `pilot_config`).
+    """
+    config = pilot_config(profile, settings)
     sessions = [s for s in load_paths(paths) if s.source == "claude-code"]
     counter = get_counter()
     rows: list[dict[str, Any]] = []
@@ -93,7 +113,7 @@ def run(paths: list[str], profile: str) -> dict[str, Any]:
                 if mode == "straight":
                     asyncio.run(_straight(bodies, up))
                 else:
-                    asyncio.run(_proxied(bodies, up, profile))
+                    asyncio.run(_proxied(bodies, up, profile, config))
                 row[mode] = _cost(up, profile)
         rows.append(row)
         print(
@@ -108,20 +128,37 @@ def run(paths: list[str], profile: str) -> dict[str, Any]:
         }
         for mode in ("straight", "proxy")
     }
-    return {"provider": profile, "sessions": rows, "total": total}
+    return {
+        "provider": profile,
+        "settings": list(settings),
+        "sessions": rows,
+        "total": total,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("traces", nargs="*", default=["../shared/data/traces"])
     parser.add_argument("--provider", default="anthropic-1h")
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a maintenance setting of the proxy's pilot (repeatable), e.g. fold_min_tokens=6000",
+    )
     parser.add_argument("--json", dest="json_path", metavar="FILE")
     args = parser.parse_args(argv)
+    try:
+        pilot_config(args.provider, args.settings)
+    except ValueError as exc:
+        parser.error(str(exc))
     paths = [p for p in args.traces if Path(p).exists()]
     if not paths:
         print("no traces found: nothing to replay", file=sys.stderr)
         return 0
-    doc = run(paths, args.provider)
+    doc = run(paths, args.provider, args.settings)
     if not doc["sessions"]:
         print("no Claude Code sessions in the traces: nothing to replay", file=sys.stderr)
         return 0
@@ -129,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     ratio = (
         proxy["input_cost_usd"] / straight["input_cost_usd"] if straight["input_cost_usd"] else 0
     )
-    print(f"provider profile {doc['provider']}, {len(doc['sessions'])} sessions")
+    settings = f", {', '.join(args.settings)}" if args.settings else ""
+    print(f"provider profile {doc['provider']}{settings}, {len(doc['sessions'])} sessions")
     print("| run | calls | input tokens | cached | input cost |")
     print("|---|---|---|---|---|")
     for name, row in (("straight to the provider", straight), ("through the proxy", proxy)):
