@@ -28,16 +28,19 @@ import httpx
 
 from cachepilot import CachePilot
 from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.facts import FactIndex, view_text
 from cachepilot.pilot import Config
 from cachepilot.proxy import ProxyConfig, ProxyEngine, create_app
 from cachepilot.proxy.engine import proxy_pilot_config
-from cachepilot.sim import get_profile
+from cachepilot.sim import CacheSimulator, get_profile
 from cachepilot.state_store import MemoryStateStore
 from cachepilot.tokens import get_counter
 from cachepilot_bench.calibrate import estimate_hidden_prefix
-from cachepilot_bench.replay import ReplayProvider, ReplayScript
+from cachepilot_bench.harness import ROUND_TRIP_OUTPUT_TOKENS, check_facts, round_trip
+from cachepilot_bench.replay import ReplayProvider, ReplayRecord, ReplayScript
 from cachepilot_bench.request_logs import session_to_log
-from cachepilot_bench.traces import Session, load_paths
+from cachepilot_bench.strategy import PreparedCall
+from cachepilot_bench.traces import Session, load_paths, split_system
 from cachepilot_bench.variants import VARIANT_BASE, parse_variant
 
 
@@ -47,23 +50,12 @@ def _bodies(session: Session, script: ReplayScript) -> list[dict[str, Any]]:
     return [entry["request"] for entry in session_to_log(session, api="anthropic")]
 
 
-def _cost(provider: ReplayProvider, profile: str) -> dict[str, float]:
-    price = get_profile(profile)
-    records = provider.records
-    return {
-        "calls": len(records),
-        "input_cost_usd": sum(price.cost(r.usage).input_usd for r in records),
-        "input_tokens": sum(r.usage.input_tokens for r in records),
-        "cached_tokens": sum(r.usage.cached_tokens for r in records),
-        "cache_write_tokens": sum(r.usage.cache_write_tokens for r in records),
-    }
-
-
-async def _straight(bodies: list[dict[str, Any]], provider: ReplayProvider) -> None:
+async def _straight(bodies: list[dict[str, Any]], provider: ReplayProvider) -> list[int]:
     async with httpx.AsyncClient(timeout=120) as client:
         for body in bodies:
             reply = await client.post(f"{provider.base_url}/messages", json=body)
             reply.raise_for_status()
+    return []
 
 
 def pilot_config(profile: str, settings: Sequence[str] = ()) -> Config:
@@ -79,17 +71,146 @@ def pilot_config(profile: str, settings: Sequence[str] = ()) -> Config:
 
 
 async def _proxied(
-    bodies: list[dict[str, Any]], provider: ReplayProvider, profile: str, pilot_config: Config
-) -> None:
+    bodies: list[dict[str, Any]],
+    provider: ReplayProvider,
+    profile: str,
+    pilot_config: Config,
+    archive: list[str],
+) -> list[int]:
+    """Send `bodies` through a proxy; `archive` gets the originals the proxy archived, in
+    order. Returns how many of them were archived by the time of each request."""
     config = ProxyConfig(upstream=provider.base_url, provider=profile, clock=provider.clock)
     pilot = CachePilot(pilot_config, store=InMemoryArtifactStore())
     engine = ProxyEngine(config, pilot=pilot, state_store=MemoryStateStore())
     transport = httpx.ASGITransport(app=create_app(engine))
+    seen: set[tuple[str, str]] = set()
+    counts: list[int] = []
     async with httpx.AsyncClient(transport=transport, base_url="http://proxy", timeout=120) as c:
         for body in bodies:
             reply = await c.post("/v1/messages", json=body, headers={"x-api-key": "replay"})
             reply.raise_for_status()
+            for thread in engine.threads.names():
+                for info in sorted(pilot.store.list(thread), key=lambda i: i.created_at):
+                    found = pilot.store.get(thread, info.ref)
+                    if (thread, info.ref) not in seen and found is not None and found.is_text:
+                        seen.add((thread, info.ref))
+                        archive.append(found.text)
+            counts.append(len(archive))
     await engine.aclose()
+    return counts
+
+
+def price_run(
+    session: Session,
+    records: Sequence[ReplayRecord],
+    profile: str,
+    hidden_prefix_tokens: int,
+    *,
+    archive: Sequence[str] = (),
+    archived: Sequence[int] = (),
+    can_recall: bool = False,
+) -> dict[str, float]:
+    """The input cost of the requests a run sent upstream, priced as `cachepilot bench`
+    prices a strategy's: every request through the cache simulator, and after a request
+    that lost a fact the agent uses at that call, the round trip that gets it back (recall
+    when the fact is in `archive`, else re-running the tool), through the same simulator.
+
+    The recorded replies never call recall, so without this the replay would price a
+    strategy that loses facts as if they cost nothing to get back.
+
+    Args:
+        session: the session replayed.
+        records: the requests the replay provider received, one per model call, in order.
+        profile: the provider profile.
+        hidden_prefix_tokens: the hidden prefix the replay provider was given.
+        archive: the originals the proxy archived, in order.
+        archived: for each request, how many of `archive` existed when it was sent.
+        can_recall: the run offered the recall tool.
+    """
+    counter = get_counter()
+    price = get_profile(profile)
+    _, body = split_system(session.messages)
+    facts = FactIndex(body)
+    calls = [i for i, m in enumerate(body) if m.role == "assistant"]
+    sim = CacheSimulator(profile, counter=counter, hidden_prefix_tokens=hidden_prefix_tokens)
+    out = dict.fromkeys(
+        ("calls", "input_cost_usd", "calls_cost_usd", "input_tokens", "cached_tokens",
+         "cache_write_tokens", "refetches", "refetch_cost_usd"),
+        0.0,
+    )  # fmt: skip
+    for k, record in enumerate(records):
+        usage = sim.submit(record.request, output_tokens=record.usage.output_tokens)
+        spent = [usage]
+        needed = facts.needed_at(calls[k]) if k < len(calls) else []
+        if needed:
+            request = record.request
+            known = archived[k] if k < len(archived) else len(archive)
+            text = "\x00".join(archive[:known]) if can_recall else ""
+            check = check_facts(needed, view_text(request.system, request.messages), text)
+            if check.lost_source is not None:
+                view = PreparedCall(
+                    system=request.system,
+                    messages=request.messages,
+                    tools=request.tools,
+                    cache_breakpoints=request.cache_breakpoints,
+                )
+                again = round_trip(view, body[check.lost_source], can_recall, None)
+                extra = sim.submit(again, output_tokens=ROUND_TRIP_OUTPUT_TOKENS)
+                spent.append(extra)
+                out["refetches"] += 1
+                out["refetch_cost_usd"] += price.cost(extra).input_usd
+        out["calls"] += 1
+        out["calls_cost_usd"] += price.cost(usage).input_usd
+        for u in spent:
+            out["input_cost_usd"] += price.cost(u).input_usd
+            out["input_tokens"] += u.input_tokens
+            out["cached_tokens"] += u.cached_tokens
+            out["cache_write_tokens"] += u.cache_write_tokens
+    return out
+
+
+def replay_session(session: Session, profile: str, config: Config) -> dict[str, Any] | None:
+    """One session straight and through the proxy (None when it has no model call)."""
+    script = ReplayScript.from_session(session)
+    bodies = _bodies(session, script)
+    if not bodies:
+        return None
+    hidden = estimate_hidden_prefix(session, get_counter())
+    row: dict[str, Any] = {"session": session.id, "calls": len(bodies)}
+    for mode in ("straight", "proxy"):
+        archive: list[str] = []
+        with ReplayProvider(script, profile=profile, hidden_prefix_tokens=hidden) as up:
+            if mode == "straight":
+                archived = asyncio.run(_straight(bodies, up))
+            else:
+                archived = asyncio.run(_proxied(bodies, up, profile, config, archive))
+            records = up.records
+        row[mode] = price_run(
+            session,
+            records,
+            profile,
+            hidden,
+            archive=archive,
+            archived=archived,
+            can_recall=mode == "proxy",  # the proxy offers recall (`ProxyConfig.recall`)
+        )
+        # The provider's own bill of the same requests (no round trips).
+        row[mode]["provider_cost_usd"] = sum(
+            get_profile(profile).cost(r.usage).input_usd for r in records
+        )
+    return row
+
+
+_TOTALS = (
+    "calls",
+    "input_cost_usd",
+    "calls_cost_usd",
+    "refetch_cost_usd",
+    "refetches",
+    "input_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+)
 
 
 def run(paths: list[str], profile: str, settings: Sequence[str] = ()) -> dict[str, Any]:
@@ -99,22 +220,11 @@ def run(paths: list[str], profile: str, settings: Sequence[str] = ()) -> dict[st
     """
     config = pilot_config(profile, settings)
     sessions = [s for s in load_paths(paths) if s.source == "claude-code"]
-    counter = get_counter()
     rows: list[dict[str, Any]] = []
     for session in sessions:
-        script = ReplayScript.from_session(session)
-        bodies = _bodies(session, script)
-        if not bodies:
+        row = replay_session(session, profile, config)
+        if row is None:
             continue
-        hidden = estimate_hidden_prefix(session, counter)
-        row: dict[str, Any] = {"session": session.id, "calls": len(bodies)}
-        for mode in ("straight", "proxy"):
-            with ReplayProvider(script, profile=profile, hidden_prefix_tokens=hidden) as up:
-                if mode == "straight":
-                    asyncio.run(_straight(bodies, up))
-                else:
-                    asyncio.run(_proxied(bodies, up, profile, config))
-                row[mode] = _cost(up, profile)
         rows.append(row)
         print(
             f"{session.id[-60:]:<60} {row['calls']:>4} "
@@ -122,10 +232,7 @@ def run(paths: list[str], profile: str, settings: Sequence[str] = ()) -> dict[st
             file=sys.stderr,
         )
     total = {
-        mode: {
-            key: sum(r[mode][key] for r in rows)
-            for key in ("calls", "input_cost_usd", "input_tokens", "cached_tokens")
-        }
+        mode: {key: sum(r[mode][key] for r in rows) for key in _TOTALS}
         for mode in ("straight", "proxy")
     }
     return {
@@ -168,15 +275,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     settings = f", {', '.join(args.settings)}" if args.settings else ""
     print(f"provider profile {doc['provider']}{settings}, {len(doc['sessions'])} sessions")
-    print("| run | calls | input tokens | cached | input cost |")
-    print("|---|---|---|---|---|")
+    print("| run | calls | refetches | input tokens | cached | input cost | of it refetches |")
+    print("|---|---|---|---|---|---|---|")
     for name, row in (("straight to the provider", straight), ("through the proxy", proxy)):
         print(
-            f"| {name} | {row['calls']} | {row['input_tokens']:,} | "
+            f"| {name} | {row['calls']:.0f} | {row['refetches']:.0f} | "
+            f"{row['input_tokens']:,.0f} | "
             f"{row['cached_tokens'] / max(1, row['input_tokens']):.1%} | "
-            f"${row['input_cost_usd']:.4f} |"
+            f"${row['input_cost_usd']:.4f} | ${row['refetch_cost_usd']:.4f} |"
         )
-    print(f"ratio: {ratio:.3f}")
+    calls = (
+        proxy["calls_cost_usd"] / straight["calls_cost_usd"] if straight["calls_cost_usd"] else 0
+    )
+    print(f"ratio: {ratio:.3f} (requests alone, without refetches: {calls:.3f})")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return 0
