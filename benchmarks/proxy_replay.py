@@ -1,15 +1,22 @@
 """Recorded Claude Code sessions replayed through `cachepilot proxy` as Anthropic Messages.
 
 Every model call of each session becomes the Messages request Claude Code sent (the whole
-history so far, the recorded tool results, tool schemas inferred from the calls) and is sent
-twice, each time to a fresh replay provider in Anthropic mode (recorded replies, usage from
-the cache simulator on the bodies it receives, the session's hidden system prompt and tools
-as a hidden prefix, recorded timestamps): once straight, once through the proxy (over its
-ASGI app, the proxy's clock set to the recording's). The simulated input cost of both runs is
-compared. The straight run uses the profile's default breakpoints (end of tools + system and
-the last message, as Claude Code marks its requests); through the proxy the proxy places them.
+history so far, the recorded tool results, tool schemas inferred from the calls, the marks
+Claude Code sets: the end of its header and the last message) and is sent twice, each time to
+a fresh replay provider in Anthropic mode (recorded replies, usage from the cache simulator on
+the bodies it receives, the session's hidden system prompt and tools as a hidden prefix,
+recorded timestamps): once straight, once through the proxy (over its ASGI app, the proxy's
+clock set to the recording's). The traces hold no system prompt, so the header mark sits on
+the last tool, which ends the header here. Through the proxy the proxy adds its own marks.
+
+Both runs are priced as `cachepilot bench` prices a strategy: every request the upstream got
+through the cache simulator, and after a request that lost a fact the agent uses at that call,
+the round trip that gets it back (`price_run`). `--compare` also runs the bench's cachepilot
+strategy with the same settings on each session and lists the calls billed differently
+(docs/proxy-vs-bench.md).
 
     uv run python benchmarks/proxy_replay.py ../shared/data/traces [--provider anthropic-1h]
+        [--set fold_min_tokens=15000] [--compare] [--json FILE]
 
 Skips cleanly (exit 0) when the traces are absent.
 """
@@ -20,7 +27,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +43,15 @@ from cachepilot.sim import CacheSimulator, get_profile
 from cachepilot.state_store import MemoryStateStore
 from cachepilot.tokens import get_counter
 from cachepilot_bench.calibrate import estimate_hidden_prefix
-from cachepilot_bench.harness import ROUND_TRIP_OUTPUT_TOKENS, check_facts, round_trip
+from cachepilot_bench.harness import (
+    ROUND_TRIP_OUTPUT_TOKENS,
+    BenchConfig,
+    check_facts,
+    round_trip,
+    run_session,
+)
+from cachepilot_bench.ours import CachePilotStrategy
+from cachepilot_bench.registry import make_strategy
 from cachepilot_bench.replay import ReplayProvider, ReplayRecord, ReplayScript
 from cachepilot_bench.request_logs import session_to_log
 from cachepilot_bench.strategy import PreparedCall
@@ -198,7 +213,57 @@ def replay_session(session: Session, profile: str, config: Config) -> dict[str, 
         row[mode]["provider_cost_usd"] = sum(
             get_profile(profile).cost(r.usage).input_usd for r in records
         )
+        row[f"{mode}_requests"] = [
+            {
+                "tokens": r.usage.input_tokens,
+                "read": r.usage.cached_tokens,
+                "written": r.usage.cache_write_tokens,
+                "marks": list(r.request.cache_breakpoints or ()),
+                "extends": r.prefix_extends,
+            }
+            for r in records
+        ]
     return row
+
+
+def bench_session(session: Session, profile: str, config: Config) -> dict[str, Any]:
+    """The same session through `cachepilot bench` (vanilla and the cachepilot strategy with
+    the proxy pilot's settings): input costs and the strategy's calls."""
+    bench = BenchConfig(provider=profile)
+    plain = run_session(session, make_strategy("vanilla"), bench)
+    ours = run_session(session, CachePilotStrategy(config), bench)
+    return {
+        "vanilla_cost_usd": sum(c.input_cost_usd for c in plain.calls),
+        "cachepilot_cost_usd": sum(c.input_cost_usd for c in ours.calls),
+        "requests": [
+            {
+                "tokens": c.usage.input_tokens,
+                "read": c.usage.cached_tokens,
+                "written": c.usage.cache_write_tokens,
+                "maintenance": c.maintenance,
+            }
+            for c in ours.calls
+            if c.kind == "call"
+        ],
+    }
+
+
+def differences(row: Mapping[str, Any], tolerance: int = 200) -> list[str]:
+    """The calls where the proxy's upstream requests and the bench's requests were billed
+    differently (reads or writes more than `tolerance` tokens apart), one line each."""
+    lines = []
+    pairs = zip(row["bench"]["requests"], row["proxy_requests"], strict=False)
+    for k, (ours, sent) in enumerate(pairs):
+        if all(abs(ours[key] - sent[key]) <= tolerance for key in ("read", "written")):
+            continue
+        lines.append(
+            f"call {k:>3}: bench {ours['tokens']:>7,} tokens, read {ours['read']:>7,}, "
+            f"written {ours['written']:>6,}{' (maintenance)' if ours['maintenance'] else ''}"
+            f" | proxy {sent['tokens']:>7,} tokens, read {sent['read']:>7,}, "
+            f"written {sent['written']:>6,}, marks {sent['marks']}"
+            f"{'' if sent['extends'] else ', prefix broken'}"
+        )
+    return lines
 
 
 _TOTALS = (
@@ -213,10 +278,13 @@ _TOTALS = (
 )
 
 
-def run(paths: list[str], profile: str, settings: Sequence[str] = ()) -> dict[str, Any]:
+def run(
+    paths: list[str], profile: str, settings: Sequence[str] = (), *, compare: bool = False
+) -> dict[str, Any]:
     """Replay every Claude Code session under `paths`; returns per-session and total costs.
 
-    `settings`: `key=value` maintenance settings of the proxy's pilot (see `pilot_config`).
+    `settings`: `key=value` maintenance settings of the proxy's pilot (see `pilot_config`);
+    `compare`: also price each session with `cachepilot bench` (`bench_session`).
     """
     config = pilot_config(profile, settings)
     sessions = [s for s in load_paths(paths) if s.source == "claude-code"]
@@ -225,6 +293,8 @@ def run(paths: list[str], profile: str, settings: Sequence[str] = ()) -> dict[st
         row = replay_session(session, profile, config)
         if row is None:
             continue
+        if compare:
+            row["bench"] = bench_session(session, profile, config)
         rows.append(row)
         print(
             f"{session.id[-60:]:<60} {row['calls']:>4} "
@@ -235,6 +305,11 @@ def run(paths: list[str], profile: str, settings: Sequence[str] = ()) -> dict[st
         mode: {key: sum(r[mode][key] for r in rows) for key in _TOTALS}
         for mode in ("straight", "proxy")
     }
+    if compare:
+        total["bench"] = {
+            key: sum(r["bench"][key] for r in rows)
+            for key in ("vanilla_cost_usd", "cachepilot_cost_usd")
+        }
     return {
         "provider": profile,
         "settings": list(settings),
@@ -255,6 +330,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="a maintenance setting of the proxy's pilot (repeatable), e.g. fold_min_tokens=6000",
     )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also price each session with `cachepilot bench` (vanilla and the cachepilot "
+        "strategy with the same settings) and list the calls billed differently",
+    )
     parser.add_argument("--json", dest="json_path", metavar="FILE")
     args = parser.parse_args(argv)
     try:
@@ -265,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print("no traces found: nothing to replay", file=sys.stderr)
         return 0
-    doc = run(paths, args.provider, args.settings)
+    doc = run(paths, args.provider, args.settings, compare=args.compare)
     if not doc["sessions"]:
         print("no Claude Code sessions in the traces: nothing to replay", file=sys.stderr)
         return 0
@@ -288,6 +369,15 @@ def main(argv: list[str] | None = None) -> int:
         proxy["calls_cost_usd"] / straight["calls_cost_usd"] if straight["calls_cost_usd"] else 0
     )
     print(f"ratio: {ratio:.3f} (requests alone, without refetches: {calls:.3f})")
+    if args.compare:
+        bench = doc["total"]["bench"]
+        priced = bench["cachepilot_cost_usd"] / bench["vanilla_cost_usd"]
+        print(f"cachepilot bench on the same sessions: {priced:.3f} ({ratio / priced - 1:+.1%})")
+        for row in doc["sessions"]:
+            lines = differences(row)
+            if lines:
+                print(f"\n{row['session']}:")
+                print("\n".join(lines))
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return 0
