@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from cachepilot.facts import FactIndex, view_text
+from cachepilot.facts import Fact, FactIndex, view_text
 from cachepilot.messages import Message, TextPart, ToolCall, pairing_issues
 from cachepilot.pricing import Price, cost
 from cachepilot.sim import DEFAULT_PROFILE, CacheSimulator, Request, get_profile, render_request
@@ -34,11 +34,15 @@ from cachepilot_bench.strategy import (
 from cachepilot_bench.traces.session import Session, split_system
 
 __all__ = [
+    "ROUND_TRIP_OUTPUT_TOKENS",
     "BenchConfig",
     "CallResult",
+    "FactCheck",
     "SessionResult",
     "chain_sessions",
+    "check_facts",
     "prepare_sessions",
+    "round_trip",
     "run_bench",
     "run_session",
     "split_system",
@@ -242,6 +246,45 @@ def _round_trip_marks(
     return tuple(marks)
 
 
+def round_trip(
+    view: PreparedCall, source: Message, can_recall: bool, client_marks: tuple[int, ...] | None
+) -> Request:
+    """The extra call after `view` that gets back a fact of `source` the request lost
+    (recall, or re-running the tool), marked as `view` is (`client_marks` when it is not)."""
+    request = _round_trip_request(view, source, can_recall)
+    return replace(request, cache_breakpoints=_round_trip_marks(view, client_marks))
+
+
+@dataclass(frozen=True, slots=True)
+class FactCheck:
+    """Which facts a call needs are in its request, and which only in the archive."""
+
+    visible: int
+    """Facts in the request's text."""
+    recoverable: int
+    """Facts in the request's text or in the archive."""
+    lost_source: int | None
+    """Transcript index of the tool output of the first fact not in the request (None when
+    every fact is visible)."""
+
+
+def check_facts(needed: Sequence[Fact], text: str, archive_text: str) -> FactCheck:
+    """Check `needed` against a request's text and the archived originals (joined by NUL;
+    empty when the strategy cannot recall)."""
+    visible = recoverable = 0
+    lost_source: int | None = None
+    for fact in needed:
+        if fact.text in text:
+            visible += 1
+            recoverable += 1
+        elif archive_text and fact.text in archive_text:
+            recoverable += 1
+            lost_source = fact.source_index if lost_source is None else lost_source
+        elif lost_source is None:
+            lost_source = fact.source_index
+    return FactCheck(visible, recoverable, lost_source)
+
+
 def run_session(
     session: Session,
     strategy: Strategy,
@@ -347,34 +390,23 @@ def run_session(
             output_tokens=output_tokens,
         )
         needed = facts.needed_at(index)
-        visible = recoverable = 0
-        lost_source: int | None = None
+        check = FactCheck(0, 0, None)
         if needed:
-            text = view_text(view.system, view.messages)
             archive_text = "\x00".join(archive) if strategy.can_recall and archive else ""
-            for fact in needed:
-                if fact.text in text:
-                    visible += 1
-                    recoverable += 1
-                elif archive_text and fact.text in archive_text:
-                    recoverable += 1
-                    lost_source = fact.source_index if lost_source is None else lost_source
-                elif lost_source is None:
-                    lost_source = fact.source_index
+            check = check_facts(needed, view_text(view.system, view.messages), archive_text)
         result.calls.append(
             replace(
                 _priced(call_number, "call", usage, sim, profile.price, view.maintenance),
                 prefix_extends=last_view is None or _extends(last_view, view),
                 facts_needed=len(needed),
-                facts_visible=visible,
-                facts_recoverable=recoverable,
+                facts_visible=check.visible,
+                facts_recoverable=check.recoverable,
                 overhead_ms=overhead_ms,
             )
         )
         last_view = view
-        if lost_source is not None:
-            request = _round_trip_request(view, body[lost_source], strategy.can_recall)
-            request = replace(request, cache_breakpoints=_round_trip_marks(view, client_marks))
+        if check.lost_source is not None:
+            request = round_trip(view, body[check.lost_source], strategy.can_recall, client_marks)
             usage = sim.submit(request, output_tokens=ROUND_TRIP_OUTPUT_TOKENS)
             result.calls.append(
                 _priced(call_number, "round_trip", usage, sim, profile.price, False)

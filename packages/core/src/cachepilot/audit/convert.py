@@ -101,9 +101,12 @@ def anthropic_body(
     """An Anthropic Messages request body (parallel tool results in one user turn).
 
     Args:
-        cache_control: when given, the mark set on the system prompt and on the last block
-            of the last message, as Claude Code marks its requests (without it the request
-            asks for no caching, and Anthropic caches nothing).
+        cache_control: when given, the mark set on the end of the header (the system
+            prompt; the last tool when there is none) and on the last block of the last
+            message, as Claude Code marks its requests (without it the request asks for no
+            caching, and Anthropic caches nothing). A recorded session without its system
+            prompt still had one, marked: without the header mark a rewrite of the first
+            message would write the whole header again.
     """
     out: list[dict[str, Any]] = []
     for m in messages:
@@ -150,6 +153,8 @@ def anthropic_body(
             }
             for t in tools
         ]
+        if cache_control is not None and not system:
+            body["tools"][-1]["cache_control"] = dict(cache_control)
     if metadata:
         body["metadata"] = dict(metadata)
     return body

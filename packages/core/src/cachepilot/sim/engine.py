@@ -9,8 +9,8 @@ Two stores implement the profiles' match rules:
   differing segment).
 - `_BreakpointStore` (`breakpoints` rule: Anthropic, OpenAI breakpoint style) keeps the
   prefixes written at breakpoints with their last-use time; a lookup walks back from each
-  breakpoint of the request, segment boundary by boundary, within the lookback window of
-  content blocks.
+  breakpoint of the request, content-block boundary by boundary (inside a message too),
+  within the lookback window of content blocks.
 
 Time comes from `Request.timestamp`; a request without one is placed `LOGICAL_STEP_SECONDS`
 (10 s) after the previous request (the first at t = 0).
@@ -190,6 +190,9 @@ class _Unit:
     segments: int
     end: int
     last_used: float
+    open_key: int | None = None
+    """Key of its last segment through its last content block (a message segment), by
+    which a request whose message there gained blocks at its end still finds it."""
 
 
 @dataclass(slots=True)
@@ -203,12 +206,17 @@ class _BreakpointStore:
     """Prefixes written at breakpoints, for the `breakpoints` rule.
 
     Units are indexed by (segment count, key of their last segment); a candidate matches when
-    the request's leading segment keys equal the writer's (one array comparison).
+    the request's leading segment keys equal the writer's (one array comparison). A lookup
+    also checks the content-block boundaries inside a message, as Anthropic does: a unit
+    written at the end of a message is found in a request whose message there carries more
+    blocks after the same ones (e.g. a text block joined to a user turn). Those units are
+    indexed a second time by (segment count, `_Unit.open_key`).
     """
 
     def __init__(self, profile: ProviderProfile) -> None:
         self.profile = profile
         self.units: dict[tuple[int, int], list[_Unit]] = {}
+        self.open_units: dict[tuple[int, int], list[_Unit]] = {}
         self.count = 0
 
     def breakpoints(self, request: Request, req: RenderedRequest) -> list[int]:
@@ -253,6 +261,41 @@ class _BreakpointStore:
                 return unit
         return None
 
+    def _find_open(self, req: RenderedRequest, segment: int, key: int, now: float) -> _Unit | None:
+        """The live unit whose prefix is the request's through segment - 1, then a message
+        whose blocks through its last one have content key `key`."""
+        bucket = self.open_units.get((segment + 1, key))
+        if not bucket:
+            return None
+        ttl = self.profile.ttl_seconds
+        prefix = req.keys[:segment]
+        for unit in bucket:
+            if ttl is not None and now - unit.last_used > ttl:
+                continue
+            if unit.keys[:segment] == prefix:
+                return unit
+        return None
+
+    def _inner_hit(
+        self, req: RenderedRequest, k: int, crossed: int, now: float
+    ) -> tuple[_Unit, int] | None:
+        """A unit ending at a block boundary inside message segment k (the latest one
+        within the lookback window), with the tokens it covers; `crossed` blocks lie
+        between the breakpoint and the end of segment k."""
+        segment = req.segments[k]
+        if len(segment.block_keys) < 2 or not self.open_units:
+            return None
+        lookback = self.profile.lookback_blocks
+        before = req.ends[k - 1] if k else 0
+        last = len(segment.block_keys) - 1
+        for j in range(last - 1, -1, -1):
+            if lookback is not None and crossed + last - j > lookback:
+                return None
+            unit = self._find_open(req, k, segment.block_keys[j], now)
+            if unit is not None:
+                return unit, before + segment.block_ends[j]
+        return None
+
     def lookup(self, req: RenderedRequest, breakpoints: list[int], now: float) -> _BreakpointPlan:
         lookback = self.profile.lookback_blocks
         plan = _BreakpointPlan(0, breakpoints=breakpoints)
@@ -265,6 +308,11 @@ class _BreakpointStore:
                 if unit is not None:
                     plan.read.append(unit)
                     plan.raw_hit = max(plan.raw_hit, req.ends[k])
+                    break
+                inner = self._inner_hit(req, k, blocks, now)
+                if inner is not None:
+                    plan.read.append(inner[0])
+                    plan.raw_hit = max(plan.raw_hit, inner[1])
                     break
                 if lookback is not None:
                     # Moving to the boundary before segment k puts its blocks in between.
@@ -286,8 +334,9 @@ class _BreakpointStore:
                 continue
             known = self._find(req, point, now)
             if known is None:
-                unit = _Unit(req.keys, point + 1, end, now)
-                self.units.setdefault((point + 1, req.keys[point]), []).append(unit)
+                block_keys = req.segments[point].block_keys
+                unit = _Unit(req.keys, point + 1, end, now, block_keys[-1] if block_keys else None)
+                self._index(unit)
                 self.count += 1
             else:
                 known.last_used = now
@@ -305,9 +354,15 @@ class _BreakpointStore:
         units.sort(key=lambda u: u.last_used)
         units = units[max(0, len(units) - self.profile.max_entries) :]
         self.units = {}
+        self.open_units = {}
         for unit in units:
-            self.units.setdefault((unit.segments, unit.keys[unit.segments - 1]), []).append(unit)
+            self._index(unit)
         self.count = len(units)
+
+    def _index(self, unit: _Unit) -> None:
+        self.units.setdefault((unit.segments, unit.keys[unit.segments - 1]), []).append(unit)
+        if unit.open_key is not None:
+            self.open_units.setdefault((unit.segments, unit.open_key), []).append(unit)
 
 
 class CacheSimulator:

@@ -102,6 +102,13 @@ class Segment:
     role: str | None = None
     has_reasoning: bool = False
     """The segment renders at least one non-empty reasoning part."""
+    block_ends: tuple[int, ...] = ()
+    """Messages: tokens of the segment through the end of each content block (its closing
+    marker excluded); empty for the header segments."""
+    block_keys: tuple[int, ...] = ()
+    """Messages: the content key of the segment's tokens through each of `block_ends`. A
+    message that gained blocks at its end still starts with the one it was: a provider that
+    checks every block boundary finds the shorter one's cache entry inside it."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -227,25 +234,48 @@ class _Memo:
         if message.name:
             out.extend(enc(message.name))
         out.append(_SEP)
-        blocks = 0
+        # One running digest: the key through each block end, then the segment's own key
+        # (the same digest `_key_of` takes of the whole segment).
+        digest = hashlib.blake2b(digest_size=8)
+        hashed = 0
+        ends: list[int] = []
+        keys: list[int] = []
+
+        def block_end() -> None:
+            nonlocal hashed
+            digest.update(out[hashed:].tobytes())
+            hashed = len(out)
+            ends.append(hashed)
+            keys.append(int.from_bytes(digest.copy().digest(), "little", signed=True))
+
         reasoning = False
         for part in message.parts:
-            blocks += 1
             if isinstance(part, TextPart | ReasoningPart):
                 out.extend(enc(part.text))
                 reasoning = reasoning or (isinstance(part, ReasoningPart) and bool(part.text))
             elif isinstance(part, ImagePart):
                 out.extend(_image_tokens(part))
+            block_end()
         for call in message.tool_calls:
-            blocks += 1
             out.append(_CALL)
             out.extend(enc(call.name))
             out.append(_ARGS)
             out.extend(enc(call.arguments))
             out.append(_CALL_END)
+            block_end()
         out.append(_END)
+        digest.update(out[hashed:].tobytes())
+        key = int.from_bytes(digest.digest(), "little", signed=True)
         return Segment(
-            "message", _key_of(out), out, len(out), max(1, blocks), message.role, reasoning
+            "message",
+            key,
+            out,
+            len(out),
+            max(1, len(ends)),
+            message.role,
+            reasoning,
+            tuple(ends),
+            tuple(keys),
         )
 
     def text(self, kind: Literal["system", "tool"], text: str) -> Segment:

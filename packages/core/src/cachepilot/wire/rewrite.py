@@ -13,6 +13,7 @@ The original body is never mutated.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -488,6 +489,46 @@ def _anthropic_new(message: Message) -> dict[str, Any]:
     return {"role": "user", "content": anthropic_blocks(message)}
 
 
+def _edited_arguments(
+    message: Message, origin: Message, content: Any, blocks: Sequence[int]
+) -> list[Any] | None:
+    """An assistant turn whose only change is the arguments of some tool calls: its own
+    blocks with those `tool_use` inputs replaced, every other block as received (thinking
+    signatures, marks). A call whose new arguments are not a JSON object (which a `tool_use`
+    input must be) keeps its input as received. None for any other change."""
+    if (
+        message.role != "assistant"
+        or not isinstance(content, list)
+        or message.parts != origin.parts
+        or len(message.tool_calls) != len(origin.tool_calls)
+    ):
+        return None
+    inputs: dict[str, dict[str, Any]] = {}
+    changed = False
+    for new, old in zip(message.tool_calls, origin.tool_calls, strict=True):
+        if new.id != old.id or new.name != old.name:
+            return None
+        if new.arguments != old.arguments:
+            changed = True
+            try:
+                parsed = json.loads(new.arguments)
+            except ValueError:
+                continue
+            if isinstance(parsed, dict):
+                inputs[new.id] = parsed
+    if not changed:
+        return None
+    out: list[Any] = []
+    for k in blocks:
+        block = content[k]
+        if isinstance(block, Mapping) and block.get("type") == "tool_use":
+            replaced = inputs.get(str(block.get("id")))
+            if replaced is not None:
+                block = {**block, "input": replaced}
+        out.append(block)
+    return out
+
+
 @dataclass(slots=True)
 class _Entry:
     """One Messages entry being written: its origin (raw index or None) and its content."""
@@ -535,8 +576,11 @@ def _write_anthropic(
             piece = [{**block, "content": _tool_result_content(message, block)}]
         elif isinstance(content, str) and isinstance(message.content, str):
             piece = message.content
+        elif (edited := _edited_arguments(message, origin, content, source.blocks)) is not None:
+            piece = edited
         else:
-            prefix = _prefix_parts(message, origin)
+            same_calls = message.tool_calls == origin.tool_calls
+            prefix = _prefix_parts(message, origin) if same_calls else None
             if prefix is not None:
                 head = anthropic_blocks(Message(role="user", content=prefix))
                 kept = [{"type": "text", "text": content}] if isinstance(content, str) else [
