@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from cachepilot.facts import FactIndex, view_text
+from cachepilot.facts import Fact, FactIndex, view_text
 from cachepilot.messages import Message, TextPart, ToolCall, pairing_issues
 from cachepilot.pricing import Price, cost
 from cachepilot.sim import DEFAULT_PROFILE, CacheSimulator, Request, get_profile, render_request
@@ -35,6 +35,7 @@ from cachepilot_bench.traces.session import Session, split_system
 
 __all__ = [
     "BenchConfig",
+    "CallObserver",
     "CallResult",
     "SessionResult",
     "chain_sessions",
@@ -47,6 +48,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Mode = Literal["isolated", "continuous"]
+CallObserver = Callable[[int, PreparedCall, Sequence[Fact]], None]
+"""Called after each recorded call with the transcript index of the assistant message, the
+strategy's view and the facts needed there that the view does not show."""
 RECALL_MAX_CHARS = 20_000
 """Size cap of one recall answer (the recall tool's default `max_chars`)."""
 ROUND_TRIP_OUTPUT_TOKENS = 40
@@ -251,8 +255,13 @@ def run_session(
     facts: FactIndex | None = None,
     hidden_prefix_tokens: int | None = None,
     peak_tokens: int | None = None,
+    observe: CallObserver | None = None,
 ) -> SessionResult:
-    """Replay one session through one strategy. Strategy errors end the replay, not the run."""
+    """Replay one session through one strategy. Strategy errors end the replay, not the run.
+
+    `observe` (optional) sees every call's view and the needed facts it does not show
+    (`cachepilot_bench.losses` explains them).
+    """
     counter = counter or get_counter(config.encoding)
     profile = get_profile(config.provider)
     system, body = split_system(session.messages)
@@ -349,6 +358,7 @@ def run_session(
         needed = facts.needed_at(index)
         visible = recoverable = 0
         lost_source: int | None = None
+        missed: list[Fact] = []
         if needed:
             text = view_text(view.system, view.messages)
             archive_text = "\x00".join(archive) if strategy.can_recall and archive else ""
@@ -356,7 +366,9 @@ def run_session(
                 if fact.text in text:
                     visible += 1
                     recoverable += 1
-                elif archive_text and fact.text in archive_text:
+                    continue
+                missed.append(fact)
+                if archive_text and fact.text in archive_text:
                     recoverable += 1
                     lost_source = fact.source_index if lost_source is None else lost_source
                 elif lost_source is None:
@@ -372,6 +384,8 @@ def run_session(
             )
         )
         last_view = view
+        if observe is not None:
+            observe(index, view, missed)
         if lost_source is not None:
             request = _round_trip_request(view, body[lost_source], strategy.can_recall)
             request = replace(request, cache_breakpoints=_round_trip_marks(view, client_marks))
