@@ -31,15 +31,17 @@ _VARIANT = re.compile(r"cachepilot\[([^\[\]]{0,400})\]")
 _MAX_SETTINGS = 12
 
 SWEEP_GRID: Mapping[str, Sequence[Any]] = {
-    "fold_protect_tokens": (2_000, 4_000, 10_000),
+    "fold_protect_tokens": (2_000, 4_000, 6_000),
     "fold_min_tokens": (6_000, 15_000),
-    "horizon": (0.5, 1.0),
-    "fold_summary_share": (0.0, 0.2, 0.4),
+    "fold_summary_share": (0.4, 0.5, 0.6),
+    "protect_tool_tokens": (10_000, 20_000),
 }
 """The knobs `--sweep` varies (every combination; the other settings keep their defaults,
 which are one point of the grid): how much recent history a fold keeps, the least a fold
-must remove, how long the cost model expects a session to go on, and how large a fold
-summary may grow with what it replaces."""
+must remove, how large a fold summary may grow with what it replaces, and how many tokens of
+recent tool output pruning never stubs. The grid is the one `docs/defaults.md` chose the
+defaults on (leaving each trace source out in turn); smaller summaries and the cost model's
+horizon were swept before and lost facts on a source they were not tuned on."""
 
 
 def is_variant(name: str) -> bool:

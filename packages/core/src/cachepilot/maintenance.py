@@ -153,8 +153,8 @@ class MaintenanceConfig(BaseModel):
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
-        if not 0.0 <= self.fold_summary_share <= 0.5:
-            raise ValueError("fold_summary_share must be within [0, 0.5]")
+        if not 0.0 <= self.fold_summary_share <= 0.8:
+            raise ValueError("fold_summary_share must be within [0, 0.8]")
         if not 1 <= self.fold_summary_tokens <= self.fold_summary_max_tokens:
             raise ValueError("need 1 <= fold_summary_tokens <= fold_summary_max_tokens")
         if not 0 <= self.stub_keeps_chars <= 400:
