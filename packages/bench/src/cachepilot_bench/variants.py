@@ -31,17 +31,17 @@ _VARIANT = re.compile(r"cachepilot\[([^\[\]]{0,400})\]")
 _MAX_SETTINGS = 12
 
 SWEEP_GRID: Mapping[str, Sequence[Any]] = {
-    "fold_protect_tokens": (2_000, 4_000, 6_000),
-    "fold_min_tokens": (6_000, 15_000),
+    "fold_protect_tokens": (2_000, 4_000),
     "fold_summary_share": (0.4, 0.5, 0.6),
-    "protect_tool_tokens": (10_000, 20_000),
+    "fold_summary_max_tokens": (6_400, 12_800),
+    "fold_facts_share": (0.5, 0.7),
 }
 """The knobs `--sweep` varies (every combination; the other settings keep their defaults,
-which are one point of the grid): how much recent history a fold keeps, the least a fold
-must remove, how large a fold summary may grow with what it replaces, and how many tokens of
-recent tool output pruning never stubs. The grid is the one `docs/defaults.md` chose the
-defaults on (leaving each trace source out in turn); smaller summaries and the cost model's
-horizon were swept before and lost facts on a source they were not tuned on."""
+which are one point of the grid): how much recent history a fold keeps, how large a fold
+summary may grow with what it replaces and at most, and how much of a zero-LLM summary goes
+to the exact values of the folded tool output. `docs/defaults.md` chose the defaults on this
+grid, leaving each trace source out in turn; the fold's least size, the cost model's horizon
+and summaries under 0.4 of what they replace were swept before (see there)."""
 
 
 def is_variant(name: str) -> bool:
