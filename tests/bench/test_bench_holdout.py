@@ -23,8 +23,7 @@ def _row(cost: float, visible: float) -> dict[str, Any]:
 def _doc(mode: str, table: dict[str, dict[str, tuple[float, float]]]) -> dict[str, Any]:
     """A sweep document: source → strategy → (input cost, visible fidelity)."""
     per_source = {
-        source: {name: _row(*cell) for name, cell in rows.items()}
-        for source, rows in table.items()
+        source: {name: _row(*cell) for name, cell in rows.items()} for source, rows in table.items()
     }
     names = list(next(iter(table.values())))
     strategies = {name: _row(1.0, 1.0) for name in names}
@@ -157,3 +156,39 @@ def test_holdout_options_are_checked_before_anything_runs(
 ) -> None:
     assert main(["bench", *argv]) == 2
     assert says in capsys.readouterr().err
+
+
+TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
+SMALL = (
+    "claude_code_spotter/test/fixtures/transcripts/short.jsonl",
+    "swe_agent/trajectories/demonstrations/ctf/misc/networking_1.traj",
+)
+
+
+def test_the_sweep_runs_both_modes_and_judges_each_source_held_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = [TRACES / p for p in SMALL]
+    if not all(p.exists() for p in paths):
+        pytest.skip("the shared traces are not here")
+    from cachepilot_bench import variants
+
+    monkeypatch.setattr(variants, "SWEEP_GRID", {"fold_protect_tokens": (2_000, 4_000)})
+    out = tmp_path / "h.json"
+    argv = ["bench", *map(str, paths), "--sweep", "--holdout", "--strategy", "vanilla"]
+    assert main([*argv, "--workers", "1", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "mode isolated" in text and "mode continuous" in text
+    assert "held-out sources at >= 0.97 in every mode" in text
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert set(doc["modes"]) == {"isolated", "continuous"}
+    assert set(doc["modes"]["isolated"]["strategies"]) == {
+        "vanilla",
+        "cachepilot",
+        "cachepilot[fold_protect_tokens=4000]",
+    }
+    held = {r["source"] for r in doc["holdout"]["held_out"]}
+    assert held == set(doc["modes"]["continuous"]["per_source"]) and len(held) == 2
+    # The file reads back into the same table.
+    assert main(["bench", "--holdout-from", str(out)]) == 0
+    assert "picked on every source" in capsys.readouterr().out

@@ -233,11 +233,12 @@ def _bench_run(
     config = _config(args, mode)
     names = args.strategies or list(ALL_STRATEGIES)
     if args.sweep:
+        from cachepilot_bench import variants
         from cachepilot_bench.registry import PEER_STRATEGIES
-        from cachepilot_bench.variants import sweep_names
 
         base = args.strategies or ["vanilla", *PEER_STRATEGIES]
-        names = list(dict.fromkeys(["vanilla", *base, *sweep_names()]))
+        grid = variants.sweep_names(variants.SWEEP_GRID)
+        names = list(dict.fromkeys(["vanilla", *base, *grid]))
     sessions, traces = _sessions(args, config, err)
     if not sessions:
         return None

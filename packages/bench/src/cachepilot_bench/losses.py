@@ -219,6 +219,8 @@ def format_losses(
     """A table of losses per source and cause; `needed` (facts needed per source) adds the
     share of facts each cause costs."""
     counts = loss_counts(losses)
+    for source in needed or {}:
+        counts.setdefault(source, {})
     head = f"{'source':<22} " + " ".join(f"{c:>7}" for c in CAUSES) + f" {'lost':>7}"
     lines = [f"facts missing from the view of {name}, by cause", head, "-" * len(head)]
     for source in [*sorted(s for s in counts if s != "all"), "all"]:
