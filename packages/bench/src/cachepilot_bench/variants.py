@@ -31,17 +31,16 @@ _VARIANT = re.compile(r"cachepilot\[([^\[\]]{0,400})\]")
 _MAX_SETTINGS = 12
 
 SWEEP_GRID: Mapping[str, Sequence[Any]] = {
-    "fold_protect_tokens": (2_000, 4_000),
     "fold_summary_share": (0.4, 0.5, 0.6),
     "fold_summary_max_tokens": (6_400, 12_800),
     "fold_facts_share": (0.5, 0.7),
 }
 """The knobs `--sweep` varies (every combination; the other settings keep their defaults,
-which are one point of the grid): how much recent history a fold keeps, how large a fold
-summary may grow with what it replaces and at most, and how much of a zero-LLM summary goes
-to the exact values of the folded tool output. `docs/defaults.md` chose the defaults on this
-grid, leaving each trace source out in turn; the fold's least size, the cost model's horizon
-and summaries under 0.4 of what they replace were swept before (see there)."""
+which are one point of the grid): how large a fold summary may grow with what it replaces
+and at most, and how much of a zero-LLM summary goes to the exact values of the folded tool
+output. `docs/defaults.md` chose the defaults on this grid, leaving each trace source out in
+turn, and says why the fold's protected tail, its least size and the cost model's horizon
+are not in it any more."""
 
 
 def is_variant(name: str) -> bool:
