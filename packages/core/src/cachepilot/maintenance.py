@@ -123,10 +123,10 @@ class MaintenanceConfig(BaseModel):
     summary at `fold_summary_tokens`."""
     fold_summary_max_tokens: int = 6_400
     """Largest fold summary when `fold_summary_share` scales it."""
-    fold_facts_share: float = 0.5
+    fold_facts_share: float = 0.7
     """Share of a zero-LLM fold summary (the resume block, the default summarizer) kept for
     the facts in use: the exact values of the folded tool output; the session-memory block
-    gets the rest."""
+    gets the rest (chosen leaving each trace source out, see docs/defaults.md)."""
     fold_finished_tasks: bool = True
     """Fold the tasks the lifecycle marks evictable (a later user turn started the next task
     and none of their work is referenced any more) as soon as the cost model says it pays,
