@@ -121,8 +121,9 @@ class MaintenanceConfig(BaseModel):
     values of a long stretch of work), within [`fold_summary_tokens`,
     `fold_summary_max_tokens`] and never less than the summary it replaces; 0 keeps every
     summary at `fold_summary_tokens`."""
-    fold_summary_max_tokens: int = 6_400
-    """Largest fold summary when `fold_summary_share` scales it."""
+    fold_summary_max_tokens: int = 12_800
+    """Largest fold summary when `fold_summary_share` scales it (chosen with
+    `fold_facts_share`, see docs/defaults.md)."""
     fold_facts_share: float = 0.7
     """Share of a zero-LLM fold summary (the resume block, the default summarizer) kept for
     the facts in use: the exact values of the folded tool output; the session-memory block
