@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from typing import Any
 
 import httpx
 import pytest
+from proxy_helpers import parse_prometheus as parse
 from proxy_helpers import running_proxy
 from scripts import BASH, BIG, CALL, SYSTEM, plain_script
 
@@ -18,7 +18,6 @@ from cachepilot_bench.replay import ReplayProvider
 
 THREAD = "alice-private-thread"
 KEY = "sk-test-guessable-key"
-_SAMPLE = re.compile(r'^[a-z_:][a-z0-9_:]*\{[a-z_]+="[^"\n]*"(,[a-z_]+="[^"\n]*")*\} -?[0-9.e+-]+$')
 
 
 def _body() -> dict[str, Any]:
@@ -39,28 +38,6 @@ def _body() -> dict[str, Any]:
 def _call(proxy_url: str, headers: dict[str, str]) -> None:
     reply = httpx.post(f"{proxy_url}/chat/completions", json=_body(), headers=headers, timeout=30)
     assert reply.status_code == 200
-
-
-def parse(text: str) -> dict[str, list[tuple[str, float]]]:
-    """Families of a Prometheus text exposition: name -> [(labels, value)]; fails on any line
-    that is neither a HELP/TYPE comment nor a well-formed sample."""
-    families: dict[str, list[tuple[str, float]]] = {}
-    typed: set[str] = set()
-    assert text.endswith("\n")
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            name, kind = line[7:].split(" ")
-            assert kind in {"counter", "gauge"} and (kind != "counter" or name.endswith("_total"))
-            typed.add(name)
-            continue
-        if line.startswith("# HELP "):
-            continue
-        assert _SAMPLE.match(line), line
-        name, rest = line.split("{", 1)
-        labels, value = rest.rsplit("} ", 1)
-        assert name in typed, f"sample before its TYPE line: {line}"
-        families.setdefault(name, []).append((labels, float(value)))
-    return families
 
 
 def test_metrics_speak_prometheus_without_names_or_key_digests() -> None:

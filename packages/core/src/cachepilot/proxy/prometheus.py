@@ -59,6 +59,8 @@ _FAMILIES: tuple[tuple[str, str, str, Callable[[_Totals], float]], ...] = (
      "Cost under the proxy's provider profile, in US dollars.", lambda t: t.cost_usd),
     ("cachepilot_proxy_input_cost_usd_total", "counter",
      "The prompt part of that cost, in US dollars.", lambda t: t.input_cost_usd),
+    ("cachepilot_proxy_recalls_total", "counter",
+     "Recall calls the proxy answered itself.", lambda t: t.recalls),
 )  # fmt: skip
 
 
