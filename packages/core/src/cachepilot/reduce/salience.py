@@ -1,0 +1,202 @@
+"""How much a line of tool output matters to the agent that called the tool.
+
+A generic scorer, not a parser per tool: the words and shapes that errors, failures,
+exceptions, stack traces and run summaries share across build systems, test runners, package
+managers, servers and runtimes (`error:`, `FAILED`, `panicked at`, `Traceback`,
+`Exception in thread`, `npm ERR!`, `--- FAIL:`, `3 passed, 1 failed`, `exit code 2` …), plus
+the lines that name what the call asked for (a path, a test name, a pattern from its
+arguments). A handful of tool-shaped rules (pytest's `E   ` lines, Rust's `-->` locations)
+are kept because they clearly pay. Every check is a regular expression without nested
+repetition run on at most `SCAN_LINE_CHARS` characters of a line: linear in the output.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+__all__ = [
+    "SCAN_LINE_CHARS",
+    "STRONG",
+    "TERM_BONUS",
+    "LineScorer",
+    "call_terms",
+    "clean_line",
+    "is_continuation",
+    "line_shape",
+]
+
+SCAN_LINE_CHARS: Final = 2_000
+"""Characters of a line the scorer reads (a longer line is scored on its start)."""
+
+STRONG: Final = 10
+"""Score of a line that reports an error, a failure, a crash or an exception."""
+TERM_BONUS: Final = 4
+"""Added for a line that names a term of the call (a path, a test name, a searched word)."""
+
+_STRONG = re.compile(
+    r"\berror(?:\[[A-Z]?\d+\])?:|\bERROR\b|\bError\b(?!s? *[:=]? *0\b)|\bFATAL\b|\bfatal:"
+    r"|\bFatal\b|\bpanic(?:ked)?\b|\bPANIC\b|Traceback \(most recent call last\)"
+    r"|\b[A-Z]\w*(?:Error|Exception|Failure|Fault)\b|\bException\b|\bCaused by\b"
+    r"|^E {2,}\S|--- FAIL\b|\bFAIL(?:ED|URE)?\b|\bFailed\b|\bERR!|\[ERROR\]|\bSEVERE\b"
+    r"|\bCRITICAL\b|\bundefined reference\b|\bSegmentation fault\b|\bcore dumped\b"
+    r"|\bOOMKilled\b|\bCrashLoopBackOff\b|\bImagePullBackOff\b|\bErrImagePull\b"
+    r"|\bKilled\b|\bAborted\b|\bassert(?:ion)? failed\b|\bAssertionError\b"
+    r"|[✖✕✗✘×❌]|\bnon-zero (?:exit|code|status)\b|\bexit(?:ed)? (?:with )?(?:code|status) [1-9]"
+    r"|\bcommand failed\b|\bBUILD FAILED\b|\bcompilation (?:failed|terminated)\b"
+)
+_WEAK = re.compile(
+    r"(?i)\b(?:errors?|fail(?:s|ed|ing|ures?)?|exceptions?|panics?|fatal|crash(?:ed|es)?"
+    r"|abort(?:ed|ing)?|denied|refused|unreachable|timed? ?out|cannot|can't|couldn't"
+    r"|could not|unable to|not found|no such file|unresolved|undefined|segfault)\b"
+    r"|^\s*(?:expected|received|actual|got|want|but was)\b\s*[:=<]"
+)
+_WARN = re.compile(r"(?i)\bwarn(?:ing)?s?\b|\bdeprecat\w*")
+_ZERO = re.compile(
+    r"(?i)\b(?:0|no|zero) (?:errors?|failures?|failed|problems?|issues?)\b"
+    r"|\b(?:errors?|failures?|failed)[ :=]+0\b"
+)
+_SUMMARY = re.compile(
+    r"(?i)\b\d[\d,]* (?:passed|failed|errors?|warnings?|skipped|tests?|failures?|problems?"
+    r"|examples?|specs?|suites?|assertions?|deselected|xfailed|xpassed|pending|todo)\b"
+    r"|\btest result:|^\s*tests?:\s|^\s*test suites?:|\bexit (?:code|status)\b|\bexited with\b"
+    r"|\bbuild (?:success|successful|failure|failed)\b|\bfinished\b|\bdone in\b"
+    r"|\bcompiled (?:successfully|with)\b|\bsuccessfully (?:built|installed|tagged|created)\b"
+    r"|^\s*(?:ok|FAIL)\s+\S+\s+[\d.]+s\b|^=+ .* =+$|^-+ .* -+$|\btotal time\b|\bran \d+ tests?\b"
+    r"|\bfound \d+ (?:errors?|problems?|vulnerabilit)"
+)
+_LOCATION = re.compile(r"[\w./\\-]+\.[A-Za-z]\w{0,5}:\d+|\bline \d+\b|^\s*--> ")
+_CONTINUATION = re.compile(
+    r"^(?:\s+\S|\s*[|^~]|\s*-->|\s*at |\s*Caused by\b|\s*= (?:note|help)|\s*\.\.\. \d+ more)"
+)
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+_DIGITS = re.compile(r"\d+|0x[0-9a-fA-F]+|[0-9a-f]{8,}")
+
+_TERM_SPLIT = re.compile(r"[\s'\"`;|&<>(){}\[\],=]+")
+_TERM_SHAPE = re.compile(r"[/._:-]|\d|[a-z][A-Z]")
+_MAX_TERMS = 12
+_MIN_TERM = 4
+_MAX_ARG_CHARS = 4_000
+_QUERY_KEYS = frozenset({"prompt", "query", "pattern", "q", "search", "regex", "question"})
+_QUERY_STOP = frozenset(
+    {"about", "which", "where", "there", "their", "these", "those", "should", "would", "could",
+     "what", "when", "with", "from", "into", "that", "this", "find", "show", "list", "page"}
+)  # fmt: skip
+_QUERY_WORD = re.compile(r"[A-Za-z][\w-]{4,}")
+_COMMON_TERMS = frozenset(
+    {
+        "python", "python3", "pytest", "node", "npm", "npx", "yarn", "pnpm", "cargo", "make",
+        "go", "mvn", "gradle", "./gradlew", "./mvnw", "docker", "kubectl", "bash", "sh",
+        "true", "false", "null", "echo", "grep", "cat", "head", "tail", "sed", "awk", "git",
+        "pip", "pip3", "uv", "run", "test", "tests", "build", "install", "/dev/null", "2>&1",
+        "tsc", "eslint", "jest", "webpack", "-m", "&&", "||", "json", "text", "utf-8",
+    }
+)  # fmt: skip
+
+
+def clean_line(line: str) -> str:
+    """A line as a terminal shows it: escape sequences gone, trailing whitespace trimmed."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    return line.rstrip()
+
+
+def line_shape(line: str) -> str:
+    """What near-identical lines share: the start of the line with numbers and ids masked."""
+    return _DIGITS.sub("#", line[:120])
+
+
+def is_continuation(line: str) -> bool:
+    """True for a line that continues the one above (indented, a frame, a caret, `-->`)."""
+    return bool(line) and _CONTINUATION.match(line) is not None
+
+
+def call_terms(args: Mapping[str, Any]) -> tuple[str, ...]:
+    """What the call asked for, as literal terms: paths, file names, test names, identifiers.
+
+    Taken from the string values of the arguments (commands are split like a shell would,
+    `a.py::test_b` and `pkg/mod.go` also give `test_b` and `mod.go`). Only specific terms are
+    kept (at least `_MIN_TERM` characters with a path, dotted, numbered or camel-case shape;
+    command names and flags are not), longest first, at most `_MAX_TERMS`.
+    """
+    found: dict[str, None] = {}
+    for key, value in args.items():
+        if str(key).lower() in _QUERY_KEYS and isinstance(value, str):
+            # What the call searches for: its words count even without a path-like shape.
+            for word in _QUERY_WORD.findall(value[:_MAX_ARG_CHARS]):
+                if word.lower() not in _COMMON_TERMS and word.lower() not in _QUERY_STOP:
+                    found[word] = None
+    for value in _strings(args, budget=[_MAX_ARG_CHARS]):
+        for token in _TERM_SPLIT.split(value):
+            token = token.strip(".,:;!?")
+            if not token or token.startswith("-") or token.lower() in _COMMON_TERMS:
+                continue
+            pieces = [token]
+            if "::" in token:
+                pieces.extend(token.split("::"))
+            if "/" in token:
+                pieces.append(token.rstrip("/").rsplit("/", 1)[-1])
+            for piece in pieces:
+                piece = piece.strip("./")
+                if (
+                    len(piece) >= _MIN_TERM
+                    and piece.lower() not in _COMMON_TERMS
+                    and _TERM_SHAPE.search(piece) is not None
+                    and piece.count("/") <= 8
+                ):
+                    found[piece] = None
+    terms = sorted(found, key=lambda t: (-len(t), t))
+    return tuple(terms[:_MAX_TERMS])
+
+
+def _strings(value: object, budget: list[int]) -> Iterable[str]:
+    """The string values of `value` (recursively), at most `budget[0]` characters in all."""
+    if budget[0] <= 0:
+        return
+    if isinstance(value, str):
+        piece = value[: budget[0]]
+        budget[0] -= len(piece)
+        yield piece
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item, budget)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item, budget)
+
+
+class LineScorer:
+    """Scores lines of one output; `terms` are the call's (see `call_terms`)."""
+
+    __slots__ = ("_terms", "terms")
+
+    def __init__(self, terms: tuple[str, ...] = ()) -> None:
+        self.terms = terms
+        pattern = "|".join(re.escape(t) for t in terms)
+        self._terms = re.compile(pattern, re.IGNORECASE) if pattern else None
+
+    def score(self, line: str) -> int:
+        """0 for a line of no interest; higher for what an agent acts on (errors highest)."""
+        score, term = self.score_parts(line)
+        return score + (TERM_BONUS if term else 0)
+
+    def score_parts(self, line: str) -> tuple[int, bool]:
+        """The score without the term bonus, and whether the line names a term of the call."""
+        sample = line[:SCAN_LINE_CHARS]
+        if not sample.strip():
+            return 0, False
+        score = 0
+        zero = _ZERO.search(sample) is not None
+        if _STRONG.search(sample) is not None and not zero:
+            score = STRONG
+        elif _WEAK.search(sample) is not None and not zero:
+            score = 5
+        elif _WARN.search(sample) is not None:
+            score = 2
+        if _SUMMARY.search(sample) is not None:
+            score = max(score, 6) + (1 if score else 0)
+        term = self._terms is not None and self._terms.search(sample) is not None
+        if score and _LOCATION.search(sample) is not None:
+            score += 1
+        return score, term
