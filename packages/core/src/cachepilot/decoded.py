@@ -35,6 +35,7 @@ _MIN_BREAKS = 2  # a literal with fewer escaped line breaks is not a text of lin
 _LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _JSON_START = re.compile(r"\s*[\[{]")
 _NEWLINE = re.compile(r"\n")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def decoded_text(text: str) -> str | None:
@@ -88,10 +89,10 @@ def _decode_literals(text: str) -> str | None:
             continue
         try:
             value = json.loads(literal)
-        except ValueError:  # a lone surrogate escape or the like: keep it as written
+        except ValueError:
             continue
-        if not isinstance(value, str):
-            continue
+        if not isinstance(value, str) or _SURROGATE.search(value) is not None:
+            continue  # a lone surrogate escape would not survive encoding: keep it as written
         parts.append(text[position : match.start() + 1])
         parts.append(value)
         parts.append('"')

@@ -140,8 +140,8 @@ def salient_preview(  # noqa: PLR0913, PLR0917 - one call site per gate, all exp
         seen = shapes.get(shape, 0)
         if seen or len(shapes) < _MAX_SHAPES:
             shapes[shape] = seen + 1
-        if seen:
-            score -= 4 + min(seen, 4)  # a near-copy of a line seen before matters less
+        if seen:  # a near-copy of a line seen before: the second matters less, later ones not
+            score = score - 5 if seen == 1 else 0
             if score <= 0:
                 continue
         entry = (score, -number)
@@ -192,9 +192,8 @@ def _tail(
             cost += len(_overwritten_marker(out[-1].number - number - 1, number + 1,
                                             out[-1].number - 1))  # fmt: skip
         if used + cost > budget:
-            if not out and budget > 0:
-                shown = "…" + line[-(budget - 1) :] if budget > 1 else ""
-                out.append(_Line(number, shown, False, "tail"))
+            if not out and budget > 1:  # a last line longer than the tail: its end
+                out.append(_Line(number, "…" + line[-(budget - 1) :], False, "tail"))
             break
         out.append(_Line(number, line, False, "tail"))
         used += cost
