@@ -107,8 +107,8 @@ def salient_preview(  # noqa: PLR0913, PLR0917 - one call site per gate, all exp
     tail: deque[tuple[int, int, int, bool]] = deque(maxlen=_TAIL_LINES)
     shapes: dict[str, int] = {}
     heap: list[tuple[int, int]] = []  # (score, -number): the best candidates
-    with_term: set[int] = set()  # candidates that name a term of the call (bounded by heap)
-    term_lines = 0
+    with_terms: dict[int, frozenset[str]] = {}  # candidates naming terms of the call
+    term_lines: dict[str, int] = {}  # lines naming each term (at most `_MAX_TERMS` keys)
     total = 0
     for number, start, end, overwritten in _lines(text):
         total = number
@@ -130,9 +130,10 @@ def salient_preview(  # noqa: PLR0913, PLR0917 - one call site per gate, all exp
                 head.append(_Line(number, _shown(line, head_chars), False, "head"))
                 head_used = head_chars
                 continue
-        score, term = scorer.score_parts(line)
-        if term:
-            term_lines += 1
+        score, terms = scorer.score_terms(line)
+        for term in terms:
+            term_lines[term] = term_lines.get(term, 0) + 1
+        if terms:
             score += TERM_BONUS
         if not score:
             continue
@@ -145,23 +146,26 @@ def salient_preview(  # noqa: PLR0913, PLR0917 - one call site per gate, all exp
             if score <= 0:
                 continue
         entry = (score, -number)
-        if term:
-            with_term.add(number)
+        if terms:
+            with_terms[number] = terms
         if len(heap) < _MAX_CANDIDATES:
             heapq.heappush(heap, entry)
         elif entry > heap[0]:
-            heapq.heapreplace(heap, entry)
+            dropped = heapq.heapreplace(heap, entry)
+            with_terms.pop(-dropped[1], None)
     last_head = head[-1].number if head else 0
     tail_lines = _tail(text, tail, tail_chars, last_head)
     first_tail = tail_lines[0].number if tail_lines else total + 1
-    # A term on many lines (the directory everything runs in) singles none of them out.
-    common = term_lines > _MAX_TERM_LINES
+    # A term on many lines (the directory everything runs in, a common word of a prompt)
+    # singles none of them out: only the rarer terms earn their lines the bonus.
+    rare = {term for term, count in term_lines.items() if count <= _MAX_TERM_LINES}
+
+    def adjusted(score: int, number: int) -> int:
+        terms = with_terms.get(number)
+        return score - TERM_BONUS if terms and not terms & rare else score
+
     candidates = sorted(
-        (
-            (s - (TERM_BONUS if common and -n in with_term else 0), -n)
-            for s, n in heap
-            if last_head < -n < first_tail
-        ),
+        ((adjusted(s, -n), -n) for s, n in heap if last_head < -n < first_tail),
         key=lambda c: (-c[0], c[1]),
     )
     candidates = [c for c in candidates if c[0] > 0][:_FETCHED]

@@ -183,9 +183,15 @@ class LineScorer:
 
     def score_parts(self, line: str) -> tuple[int, bool]:
         """The score without the term bonus, and whether the line names a term of the call."""
+        score, terms = self.score_terms(line)
+        return score, bool(terms)
+
+    def score_terms(self, line: str) -> tuple[int, frozenset[str]]:
+        """The score without the term bonus, and the terms of the call the line names
+        (lower-cased)."""
         sample = line[:SCAN_LINE_CHARS]
         if not sample.strip():
-            return 0, False
+            return 0, frozenset()
         score = 0
         zero = _ZERO.search(sample) is not None
         if _STRONG.search(sample) is not None and not zero:
@@ -196,7 +202,11 @@ class LineScorer:
             score = 2
         if _SUMMARY.search(sample) is not None:
             score = max(score, 6) + (1 if score else 0)
-        term = self._terms is not None and self._terms.search(sample) is not None
+        terms = (
+            frozenset(t.lower() for t in self._terms.findall(sample))
+            if self._terms is not None
+            else frozenset()
+        )
         if score and _LOCATION.search(sample) is not None:
             score += 1
-        return score, term
+        return score, terms
