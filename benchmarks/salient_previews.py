@@ -55,8 +55,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{'mean chars':>11} {'max chars':>10}")  # fmt: skip
     for row in evaluate(corpus, viewers):
         extra = "-" if row.extra is None else f"{row.extra:,}"
-        print(f"{row.viewer:<10} {extra:>6} {row.shown:>6}/{row.marked:<6} {row.share:>7.1%} "
-              f"{row.complete:>4}/{row.samples:<5} {row.mean_chars:>11,.0f} {row.max_chars:>10,}")
+        print(
+            f"{row.viewer:<10} {extra:>6} {row.shown:>6}/{row.marked:<6} {row.share:>7.1%} "
+            f"{row.complete:>4}/{row.samples:<5} {row.mean_chars:>11,.0f} {row.max_chars:>10,}"
+        )
     if headroom is None:
         print("headroom: not installed (run with --with 'headroom-ai[langchain]==0.42.0')")
     # Per tool at the default size.

@@ -42,7 +42,7 @@ def test_what_is_not_json_or_not_long_is_left_alone() -> None:
 
 
 def test_escapes_are_decoded_whole() -> None:
-    value = "é → 😀 \"q\" \\ tab\there\n" * 20
+    value = 'é → 😀 "q" \\ tab\there\n' * 20
     text = json.dumps({"output": value})  # ASCII escapes, surrogate pairs for the emoji
     decoded = decoded_text(text)
     assert decoded == '{"output": "' + value + '"}'
@@ -68,9 +68,13 @@ def test_decoding_keeps_every_value(value: dict[str, object], ascii_only: bool) 
     for item in value.values():
         strings = item if isinstance(item, list) else [item]
         for string in strings:
-            if isinstance(string, str) and len(json.dumps(string)) >= DECODE_MIN_CHARS:
-                if json.dumps(string).count("\\n") >= 2 and ascii_only:
-                    assert string in decoded
+            if (
+                isinstance(string, str)
+                and len(json.dumps(string)) >= DECODE_MIN_CHARS
+                and json.dumps(string).count("\\n") >= 2
+                and ascii_only
+            ):
+                assert string in decoded
 
 
 def test_grep_shows_a_long_line_around_its_match() -> None:

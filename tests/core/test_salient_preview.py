@@ -182,9 +182,7 @@ def test_json_carrying_a_log_is_previewed_and_recalled_as_lines() -> None:
     log = log.replace(error, "NEEDLE é → 😀 " + error + ' "quoted" \\ backslash')
     wrapped = json.dumps({"returncode": 2, "output": log})  # ASCII: every é is an escape
     assert len(wrapped) > 150_000
-    reduction = default_pipeline().run(
-        "bash", {"command": "make"}, "c", normalize_output(wrapped)
-    )
+    reduction = default_pipeline().run("bash", {"command": "make"}, "c", normalize_output(wrapped))
     assert reduction.text.startswith(DECODED_NOTE)
     assert "NEEDLE é → 😀 " + error in reduction.text  # decoded: no escape left to split
     assert "\\u00e9" not in reduction.text and "\\n" not in reduction.text

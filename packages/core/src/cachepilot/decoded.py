@@ -57,9 +57,13 @@ def decoded_text(text: str) -> str | None:
         line = text[position : match.start()]
         position = match.end()
         decoded = None
-        if len(line) >= DECODE_MIN_CHARS and "\\n" in line and _JSON_START.match(line):
-            if _is_json(line):
-                decoded = _decode_literals(line)
+        if (
+            len(line) >= DECODE_MIN_CHARS
+            and "\\n" in line
+            and _JSON_START.match(line)
+            and _is_json(line)
+        ):
+            decoded = _decode_literals(line)
         if decoded is not None:
             changed = True
             parts.append(decoded)

@@ -45,7 +45,8 @@ def slice_artifact(
     text = artifact.text
     budget, budget_note = char_budget(max_chars, max_chars_cap)
     if artifact.is_text and (
-        (lines is not None and lines != "") or (grep is not None and grep != "")
+        (lines is not None and lines != "")
+        or (grep is not None and grep != "")
         or len(text) > budget
     ):
         decoded = decoded_text(text)

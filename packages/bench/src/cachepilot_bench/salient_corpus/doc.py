@@ -68,9 +68,7 @@ class Doc:
         self.chars += sum(len(line) + 1 for line, _ in block)
         self.marks.extend(line for line, marked in block if marked)
 
-    def sample(
-        self, name: str, tool: str, args: dict[str, object], position: float
-    ) -> Sample:
+    def sample(self, name: str, tool: str, args: dict[str, object], position: float) -> Sample:
         return Sample(
             name=name,
             tool=tool,
@@ -98,5 +96,7 @@ def progress_bar(rng: random.Random, label: str, steps: int = 12, width: int = 3
     for i in range(steps + 1):
         done = int(width * i / steps)
         pct = int(100 * i / steps)
-        states.append(f"{label} [{'=' * done}{'>' if done < width else ''}{' ' * (width - done)}] {pct:3d}%")
+        states.append(
+            f"{label} [{'=' * done}{'>' if done < width else ''}{' ' * (width - done)}] {pct:3d}%"
+        )
     return "\r".join(states)

@@ -76,20 +76,21 @@ def headroom_viewer() -> Viewer | None:
     None when Headroom is not installed (`uv run --with 'headroom-ai[langchain]==0.42.0'`)."""
     if importlib.util.find_spec("headroom") is None:
         return None
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: PLC0415
+    from headroom.integrations.langchain import HeadroomChatModel
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
     # The peer module sets Headroom's offline environment before Headroom is imported.
-    from cachepilot_bench.peers.headroom import CaptureModel  # noqa: PLC0415 - optional peer
-    from headroom.integrations.langchain import HeadroomChatModel  # noqa: PLC0415
+    from cachepilot_bench.peers.headroom import CaptureModel
 
     def view(sample: Sample) -> str:
         capture = CaptureModel(model_name="gpt-5.4-mini")
         model = HeadroomChatModel(capture)
         messages = [
             HumanMessage(content="Run it and fix what fails."),
-            AIMessage(content="", tool_calls=[
-                {"id": "call_1", "name": sample.tool, "args": dict(sample.args)}
-            ]),  # fmt: skip
+            AIMessage(
+                content="",
+                tool_calls=[{"id": "call_1", "name": sample.tool, "args": dict(sample.args)}],
+            ),
             ToolMessage(content=sample.text, tool_call_id="call_1", name=sample.tool),
         ]
         model.invoke(messages)
@@ -113,6 +114,16 @@ def evaluate(corpus: Sequence[Sample], viewers: dict[tuple[str, int | None], Vie
             shown += sum(found)
             complete += all(found)
             sizes.append(len(view))
-        rows.append(Row(name, extra, len(corpus), marked, shown, complete,
-                        sum(sizes) / len(sizes), max(sizes)))  # fmt: skip
+        rows.append(
+            Row(
+                name,
+                extra,
+                len(corpus),
+                marked,
+                shown,
+                complete,
+                sum(sizes) / len(sizes),
+                max(sizes),
+            )
+        )
     return rows

@@ -27,7 +27,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from cachepilot.reduce.salience import TERM_BONUS, LineScorer, clean_line, is_continuation, line_shape
+from cachepilot.reduce.salience import (
+    TERM_BONUS,
+    LineScorer,
+    clean_line,
+    is_continuation,
+    line_shape,
+)
 from cachepilot.reduce.stubs import omitted_stretch_marker, reduced_stub
 
 __all__ = ["DECODED_NOTE", "salient_preview"]
@@ -75,7 +81,7 @@ def _shown(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
-def salient_preview(  # noqa: PLR0913, PLR0917 - one call site per gate, all explicit
+def salient_preview(
     text: str,
     head_chars: int,
     tail_chars: int,
@@ -174,7 +180,9 @@ def salient_preview(  # noqa: PLR0913, PLR0917 - one call site per gate, all exp
     reserve = len(omitted_stretch_marker(total, total, total, ref)) - len(_OLD_MARKER)
     reserve += len(DECODED_NOTE) + 1 if decoded else 0
     marker_ref = ref if numbered else None
-    middle = _choose(text, candidates, salient_chars - reserve, last_head, first_tail, marker_ref)
+    middle = _choose(
+        text, candidates, salient_chars - reserve, low=last_head, high=first_tail, ref=marker_ref
+    )
     kept = [*head, *middle, *tail_lines]
     return _render(kept, total, ref, original_chars, decoded=decoded, numbered=numbered)
 
@@ -209,6 +217,7 @@ def _choose(
     text: str,
     candidates: list[tuple[int, int]],
     budget: int,
+    *,
     low: int,
     high: int,
     ref: str | None,
@@ -311,8 +320,10 @@ def _render(
             parts.append(_overwritten_marker(line.number - previous - 1, previous + 1,
                                              line.number - 1))  # fmt: skip
         elif line.number > previous + 1:
-            parts.append(omitted_stretch_marker(line.number - previous - 1, previous + 1,
-                                                line.number - 1, ref, numbered=numbered))  # fmt: skip
+            count = line.number - previous - 1
+            parts.append(
+                omitted_stretch_marker(count, previous + 1, line.number - 1, ref, numbered=numbered)
+            )
         if index == tail_start:
             body_end = parts
             parts = []

@@ -128,8 +128,8 @@ def call_terms(args: Mapping[str, Any]) -> tuple[str, ...]:
                 if word.lower() not in _COMMON_TERMS and word.lower() not in _QUERY_STOP:
                     found[word] = None
     for value in _strings(args, budget=[_MAX_ARG_CHARS]):
-        for token in _TERM_SPLIT.split(value):
-            token = token.strip(".,:;!?")
+        for raw in _TERM_SPLIT.split(value):
+            token = raw.strip(".,:;!?")
             if not token or token.startswith("-") or token.lower() in _COMMON_TERMS:
                 continue
             pieces = [token]
@@ -137,8 +137,8 @@ def call_terms(args: Mapping[str, Any]) -> tuple[str, ...]:
                 pieces.extend(token.split("::"))
             if "/" in token:
                 pieces.append(token.rstrip("/").rsplit("/", 1)[-1])
-            for piece in pieces:
-                piece = piece.strip("./")
+            for whole in pieces:
+                piece = whole.strip("./")
                 if (
                     len(piece) >= _MIN_TERM
                     and piece.lower() not in _COMMON_TERMS

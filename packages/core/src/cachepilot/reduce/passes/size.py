@@ -141,7 +141,7 @@ def gate_preview(text: str, ctx: PassContext) -> str:
 
 
 def _is_json(text: str) -> bool:
-    if not text.lstrip()[:1] in ("{", "["):
+    if text.lstrip()[:1] not in ("{", "["):
         return False
     try:
         json.loads(text)
