@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections import defaultdict
 
+from cachepilot.reduce.preview import salient_preview
 from cachepilot_bench.salient_corpus import build_corpus, marked_in_view
 from cachepilot_bench.salient_corpus.evaluate import (
     EXTRA_SIZES,
@@ -76,6 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'tool':<18}" + "".join(f"{name:>12}" for name in chosen))
     for tool, counts in per_tool.items():
         print(f"{tool:<18}" + "".join(f"{counts[n][0]:>6}/{counts[n][1]:<5}" for n in chosen))
+    started = time.perf_counter()
+    for sample in corpus:
+        salient_preview(sample.text, 1_500, 1_000, 1_500, "0" * 12, original_chars=len(sample.text))
+    elapsed = time.perf_counter() - started
+    megabytes = sum(len(s.text) for s in corpus) / 1e6
+    print(f"\nsalient preview: {elapsed * 1000 / len(corpus):.1f} ms per output "
+          f"({megabytes / elapsed:.1f} MB/s of output)")  # fmt: skip
     return 0
 
 

@@ -116,13 +116,18 @@ def salient_preview(
     with_terms: dict[int, frozenset[str]] = {}  # candidates naming terms of the call
     term_lines: dict[str, int] = {}  # lines naming each term (at most `_MAX_TERMS` keys)
     total = 0
+    lower = text.lower()
+    # Lines holding none of the scorer's words are skipped unscored (when lower-casing kept
+    # every offset, as it does unless rare letters expand).
+    hints = scorer.hint_ends(lower) if len(lower) == len(text) else None
+    next_hint = -1
     for number, start, end, overwritten in _lines(text):
         total = number
         tail.append((number, start, end, overwritten))
         if overwritten:
             continue
-        line = clean_line(text[start : min(end, start + 4 * _ISLAND_LINE_CHARS)])
         if head_open:
+            line = clean_line(text[start : min(end, start + 4 * _ISLAND_LINE_CHARS)])
             cost = len(line) + 1
             previous = head[-1].number if head else 0
             if number > previous + 1:  # overwritten lines skipped: a marker says so
@@ -136,6 +141,12 @@ def salient_preview(
                 head.append(_Line(number, _shown(line, head_chars), False, "head"))
                 head_used = head_chars
                 continue
+        if hints is not None:
+            while next_hint is not None and next_hint < start:
+                next_hint = next(hints, None)
+            if next_hint is None or next_hint >= end:
+                continue
+        line = clean_line(text[start : min(end, start + 4 * _ISLAND_LINE_CHARS)])
         score, terms = scorer.score_terms(line)
         for term in terms:
             term_lines[term] = term_lines.get(term, 0) + 1

@@ -13,7 +13,7 @@ repetition run on at most `SCAN_LINE_CHARS` characters of a line: linear in the 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 __all__ = [
@@ -36,37 +36,49 @@ TERM_BONUS: Final = 4
 """Added for a line that names a term of the call (a path, a test name, a searched word)."""
 
 _STRONG = re.compile(
-    r"\berror(?:\[[A-Z]?\d+\])?:|\bERROR\b|\bError\b(?!s? *[:=]? *0\b)|\bFATAL\b|\bfatal:"
-    r"|\bFatal\b|\bpanic(?:ked)?\b|\bPANIC\b|Traceback \(most recent call last\)"
-    r"|\b[A-Z]\w*(?:Error|Exception|Failure|Fault)\b|\bException\b|\bCaused by\b"
-    r"|^E {2,}\S|--- FAIL\b|\bFAIL(?:ED|URE)?\b|\bFailed\b|\bERR!|\[ERROR\]|\bSEVERE\b"
-    r"|\bCRITICAL\b|\bundefined reference\b|\bSegmentation fault\b|\bcore dumped\b"
-    r"|\bOOMKilled\b|\bCrashLoopBackOff\b|\bImagePullBackOff\b|\bErrImagePull\b"
-    r"|\bKilled\b|\bAborted\b|\bassert(?:ion)? failed\b|\bAssertionError\b"
-    r"|[✖✕✗✘×❌]|\bnon-zero (?:exit|code|status)\b|\bexit(?:ed)? (?:with )?(?:code|status) [1-9]"
-    r"|\bcommand failed\b|\bBUILD FAILED\b|\bcompilation (?:failed|terminated)\b"
+    r"error(?:\[[A-Z]?\d+\])?:|ERROR\b|Error\b(?!s? *[:=]? *0\b)|FATAL\b|fatal:"
+    r"|Fatal\b|panic(?:ked)?\b|PANIC\b|Traceback \(most recent call last\)"
+    r"|(?:Error|Exception|Failure|Fault)\b|Caused by\b"
+    r"|^E {2,}\S|--- FAIL\b|FAIL(?:ED|URE)?\b|Failed\b|ERR!|\[ERROR\]|SEVERE\b"
+    r"|CRITICAL\b|undefined reference\b|Segmentation fault\b|core dumped\b"
+    r"|OOMKilled\b|CrashLoopBackOff\b|ImagePullBackOff\b|ErrImagePull\b"
+    r"|Killed\b|Aborted\b|assert(?:ion)? failed\b|AssertionError\b"
+    r"|[✖✕✗✘×❌]|non-zero (?:exit|code|status)\b|exit(?:ed)? (?:with )?(?:code|status) [1-9]"
+    r"|command failed\b|BUILD FAILED\b|compilation (?:failed|terminated)\b"
 )
-_WEAK = re.compile(
-    r"(?i)\b(?:errors?|fail(?:s|ed|ing|ures?)?|exceptions?|panics?|fatal|crash(?:ed|es)?"
+_WEAK = re.compile(  # run on the lower-cased line
+    r"(?:errors?|fail(?:s|ed|ing|ures?)?|exceptions?|panics?|fatal|crash(?:ed|es)?"
     r"|abort(?:ed|ing)?|denied|refused|unreachable|timed? ?out|cannot|can't|couldn't"
     r"|could not|unable to|not found|no such file|unresolved|undefined|segfault)\b"
     r"|^\s*(?:expected|received|actual|got|want|but was)\b\s*[:=<]"
 )
-_WARN = re.compile(r"(?i)\bwarn(?:ing)?s?\b|\bdeprecat\w*")
-_ZERO = re.compile(
-    r"(?i)\b(?:0|no|zero) (?:errors?|failures?|failed|problems?|issues?)\b"
-    r"|\b(?:errors?|failures?|failed)[ :=]+0\b"
+_ZERO = re.compile(  # run on the lower-cased line
+    r"\b(?:0|no|zero) (?:errors?|failures?|failed|problems?|issues?)\b"
+    r"|\b(?:errors?|failures?|failed)[ :=]+0\b|\bx(?:fail|pass)"  # pytest's expected failures
 )
-_SUMMARY = re.compile(
-    r"(?i)\b\d[\d,]* (?:passed|failed|errors?|warnings?|skipped|tests?|failures?|problems?"
+_SUMMARY = re.compile(  # run on the lower-cased line
+    r"\d[\d,]* (?:passed|failed|errors?|warnings?|skipped|tests?|failures?|problems?"
     r"|examples?|specs?|suites?|assertions?|deselected|xfailed|xpassed|pending|todo)\b"
-    r"|\btest result:|^\s*tests?:\s|^\s*test suites?:|\bexit (?:code|status)\b|\bexited with\b"
-    r"|\bbuild (?:success|successful|failure|failed)\b|\bfinished\b|\bdone in\b"
-    r"|\bcompiled (?:successfully|with)\b|\bsuccessfully (?:built|installed|tagged|created)\b"
-    r"|^\s*(?:ok|FAIL)\s+\S+\s+[\d.]+s\b|^=+ .* =+$|^-+ .* -+$|\btotal time\b|\bran \d+ tests?\b"
-    r"|\bfound \d+ (?:errors?|problems?|vulnerabilit)"
+    r"|test result:|^\s*tests?:\s|^\s*test suites?:|exit (?:code|status)\b|exited with\b"
+    r"|build (?:success|successful|failure|failed)\b|finished\b|done in\b"
+    r"|compiled (?:successfully|with)\b|successfully (?:built|installed|tagged|created)\b"
+    r"|^\s*(?:ok|fail)\s+\S+\s+[\d.]+s\b|^=+ .* =+$|^-+ .* -+$|total time\b|ran \d+ tests?\b"
+    r"|found \d+ (?:errors?|problems?|vulnerabilit)"
 )
-_LOCATION = re.compile(r"[\w./\\-]+\.[A-Za-z]\w{0,5}:\d+|\bline \d+\b|^\s*--> ")
+_LOCATION = re.compile(r"\.[A-Za-z]\w{0,5}:\d|\bline \d|^\s*--> ")
+# Words that every scored line holds one of (lower case): one scan of the lower-cased output
+# finds the lines worth scoring, the rest are skipped without a regular expression each.
+_HINTS = (
+    "err", "fail", "fatal", "panic", "exception", "traceback", "caused by", "severe",
+    "critical", "undefined", "segmentation", "segfault", "dumped", "killed", "backoff",
+    "abort", "assert", "non-zero", "exit", "compilation", "fault", "crash", "denied", "refused",
+    "unreachable", "timed out", "timeout", "cannot", "can't", "couldn't", "could not", "unable",
+    "not found", "no such", "unresolved", "expected", "received", "actual", "got ", "want ",
+    "but was", "warn", "deprecat", "passed", "skipped", "tests:", "test suites", "test result",
+    "finished", "done in", "compiled", "success", "total time", "ran ", "found ", "problems",
+    "examples", "deselected", "xfail", "xpass", "pending", "todo", "ok  ", "ok\t", "=====",
+    "-----", "-->", "\ne  ", "✖", "✕", "✗", "✘", "×", "❌",
+)  # fmt: skip
 _CONTINUATION = re.compile(
     r"^(?:\s+\S|\s*[|^~]|\s*-->|\s*at |\s*Caused by\b|\s*= (?:note|help)|\s*\.\.\. \d+ more)"
 )
@@ -169,12 +181,19 @@ def _strings(value: object, budget: list[int]) -> Iterable[str]:
 class LineScorer:
     """Scores lines of one output; `terms` are the call's (see `call_terms`)."""
 
-    __slots__ = ("_terms", "terms")
+    __slots__ = ("_hints", "_terms", "terms")
 
     def __init__(self, terms: tuple[str, ...] = ()) -> None:
         self.terms = terms
         pattern = "|".join(re.escape(t) for t in terms)
         self._terms = re.compile(pattern, re.IGNORECASE) if pattern else None
+        words = sorted({*_HINTS, *(t.lower() for t in terms)}, key=lambda w: (-len(w), w))
+        self._hints = re.compile("|".join(re.escape(w) for w in words))
+
+    def hint_ends(self, lower: str) -> Iterator[int]:
+        """Offsets in `lower` (an output lower-cased, same length) of the last character of
+        each word a scored line must hold: a line none falls in scores 0 and is skipped."""
+        return (match.end() - 1 for match in self._hints.finditer(lower))
 
     def score(self, line: str) -> int:
         """0 for a line of no interest; higher for what an agent acts on (errors highest)."""
@@ -193,14 +212,15 @@ class LineScorer:
         if not sample.strip():
             return 0, frozenset()
         score = 0
-        zero = _ZERO.search(sample) is not None
+        lower = sample.lower()
+        zero = _ZERO.search(lower) is not None
         if _STRONG.search(sample) is not None and not zero:
             score = STRONG
-        elif _WEAK.search(sample) is not None and not zero:
+        elif _WEAK.search(lower) is not None and not zero:
             score = 5
-        elif _WARN.search(sample) is not None:
+        elif "warn" in lower or "deprecat" in lower:
             score = 2
-        if _SUMMARY.search(sample) is not None:
+        if _SUMMARY.search(lower) is not None:
             score = max(score, 6) + (1 if score else 0)
         terms = (
             frozenset(t.lower() for t in self._terms.findall(sample))
