@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cachepilot import CachePilot
 from cachepilot.artifacts.memory import InMemoryArtifactStore
 from cachepilot.decoded import decoded_text
 from cachepilot.recall import recall
@@ -242,3 +243,21 @@ def test_every_line_is_shown_in_place_or_counted(
     assert shown <= len(text.splitlines())
     stub = REDUCED_STUB_RE.search(view)
     assert stub is not None and int(stub["after"].replace(",", "")) == len(view)
+
+
+def test_a_mini_swe_agent_json_observation_through_the_pilot() -> None:
+    """mini-swe-agent 2.x sends `{"returncode": …, "output": …}`: the error deep inside the
+    escaped log is in the view, and recall's grep and line range reach it."""
+    log, error = build_log(lines=5_000, error_at=0.5)
+    observation = json.dumps({"returncode": 2, "output": log, "exception_info": ""})
+    assert observation.index("sock_fd") > 80_000
+    pilot = CachePilot()
+    view = pilot.ingest("bash", {"command": "make -C src"}, observation, "call_1", thread="t1")
+    assert error in view
+    match = REDUCED_STUB_RE.search(view)
+    assert match is not None
+    found = pilot.recall(match["ref"], grep="sock_fd", thread="t1")
+    assert "1 matching lines" in found and error in found
+    number = found.split("\n")[-1].split(":", 1)[0]
+    again = pilot.recall(match["ref"], lines=number, thread="t1")
+    assert again.rstrip().endswith(error)
