@@ -116,10 +116,11 @@ def salient_preview(
     with_terms: dict[int, frozenset[str]] = {}  # candidates naming terms of the call
     term_lines: dict[str, int] = {}  # lines naming each term (at most `_MAX_TERMS` keys)
     total = 0
-    lower = text.lower()
+    lower = text.lower() if salient_chars >= _MIN_USEFUL else ""
     # Lines holding none of the scorer's words are skipped unscored (when lower-casing kept
     # every offset, as it does unless rare letters expand).
     hints = scorer.hint_ends(lower) if len(lower) == len(text) else None
+    scoring = salient_chars >= _MIN_USEFUL
     next_hint = -1
     for number, start, end, overwritten in _lines(text):
         total = number
@@ -141,6 +142,8 @@ def salient_preview(
                 head.append(_Line(number, _shown(line, head_chars), False, "head"))
                 head_used = head_chars
                 continue
+        if not scoring:
+            continue
         if hints is not None:
             while next_hint is not None and next_hint < start:
                 next_hint = next(hints, None)

@@ -19,6 +19,7 @@ from cachepilot.reduce.salience import LineScorer, call_terms
 from cachepilot.reduce.stubs import omitted_lines_marker, reduced_stub, unarchived_stub
 
 _MIN_LINES = 8  # fewer line breaks than this: a head and a tail by characters
+_SCORED_SCANS = 4  # the salient preview scores outputs up to this many `max_scan_chars`
 
 __all__ = [
     "HardCapPass",
@@ -106,8 +107,9 @@ def gate_preview(text: str, ctx: PassContext) -> str:
     lines) are redone line by line and the folds are redone by the preview's own choice. An
     output that a pass rewrote as a whole (an HTML page as text, JSON re-serialised) is
     previewed as rewritten, with markers that count lines but name no numbers. An output of a
-    few long lines gets a head and tail by characters. The extra budget stays below the
-    tool's limit, so the preview is always the shorter.
+    few long lines gets a head and tail by characters, one longer than four times
+    `max_scan_chars` a numbered head and tail without scoring its lines. The extra budget
+    stays below the tool's limit, so the preview is always the shorter.
     """
     profile = ctx.profile
     original = ctx.result.text
@@ -127,6 +129,8 @@ def gate_preview(text: str, ctx: PassContext) -> str:
             original_chars=len(original), line_numbers=text is original or text == original,
         )  # fmt: skip
     spare = profile.limit - profile.head_chars - profile.tail_chars - 2 * STUB_OVERHEAD
+    if len(source) > _SCORED_SCANS * ctx.config.max_scan_chars:
+        spare = 0  # too long to score every line: head and tail, still numbered
     return salient_preview(
         source,
         profile.head_chars,
