@@ -121,7 +121,7 @@ def salient_preview(
     # every offset, as it does unless rare letters expand).
     hints = scorer.hint_ends(lower) if len(lower) == len(text) else None
     scoring = salient_chars >= _MIN_USEFUL
-    next_hint = -1
+    next_hint: int | None = -1
     for number, start, end, overwritten in _lines(text):
         total = number
         tail.append((number, start, end, overwritten))
