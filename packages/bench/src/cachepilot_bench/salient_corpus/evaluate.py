@@ -8,6 +8,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
 from cachepilot.reduce import ReduceConfig, default_pipeline, normalize_output
 from cachepilot_bench.salient_corpus.doc import Sample
 from cachepilot_bench.salient_corpus.metric import marked_in_view
@@ -77,7 +79,6 @@ def headroom_viewer() -> Viewer | None:
     if importlib.util.find_spec("headroom") is None:
         return None
     from headroom.integrations.langchain import HeadroomChatModel
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
     # The peer module sets Headroom's offline environment before Headroom is imported.
     from cachepilot_bench.peers.headroom import CaptureModel
