@@ -3,8 +3,11 @@ against DNS rebinding, an optional scrape token; no client ids or thread names i
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -129,3 +132,22 @@ def test_warnings_name_no_thread_and_no_call_id(caplog: pytest.LogCaptureFixture
     shown = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert any("could not be" in line for line in shown)  # the store failures were reported
     assert not any(THREAD in line or CALL.id in line for line in shown)
+
+
+def test_maintenance_points_are_counted() -> None:
+    from test_proxy_replicas import Upstream, engine, send, session
+
+    async def go(tmp: Path) -> tuple[int, str]:
+        proxy = engine(tmp, Upstream())
+        for body in session(40):
+            await send(proxy, body)
+        [name] = proxy.threads.names()
+        epochs = len(proxy.pilot.state(name).plan.epochs)
+        text = proxy.metrics.render(provider="p", label=proxy.label, threads_in_memory=1)
+        await proxy.aclose()
+        return epochs, text
+
+    with tempfile.TemporaryDirectory() as tmp:
+        epochs, text = asyncio.run(go(Path(tmp)))
+    counted = dict(parse(text)["cachepilot_proxy_maintenance_epochs_total"])
+    assert epochs >= 1 and counted['provider="p"'] == epochs
