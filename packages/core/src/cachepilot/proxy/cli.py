@@ -60,7 +60,8 @@ def add_proxy_parser(sub: Any) -> None:
         "--store",
         metavar="PATH|URL",
         help="where archived originals and thread states are kept: an SQLite file (inspect it "
-        "with `cachepilot inspect PATH --store PATH`) or a postgresql:// URL; processes that "
+        "with `cachepilot inspect PATH --store PATH`), a postgresql:// or a redis:// URL; "
+        "processes that "
         "share it (--workers, replicas) agree on every thread; default: originals in the "
         "per-user archive, states in memory",
     )
