@@ -291,7 +291,11 @@ class RedisArtifactStore(BaseArtifactStore):
                 pipe.hmget(self._hash_key(thread, ref), list(_INFO_FIELDS))
             rows = pipe.execute()
         # A ref another process removed between the two reads is left out.
-        return [_info(ref, thread, row) for ref, row in zip(refs, rows) if row[0] is not None]
+        return [
+            _info(ref, thread, row)
+            for ref, row in zip(refs, rows, strict=True)
+            if row[0] is not None
+        ]
 
     def _list_key(self, thread: str) -> str:
         return f"{self._prefix}:l:{_hex(thread)}"
@@ -348,7 +352,9 @@ class RedisArtifactStore(BaseArtifactStore):
         removed = 0
         while True:
             count = int(
-                self._run("expire", tomb_cutoff, cutoff, _BATCH, REMOVED_BY_RETENTION, repr(float(now)))
+                self._run(
+                    "expire", tomb_cutoff, cutoff, _BATCH, REMOVED_BY_RETENTION, repr(float(now))
+                )
             )
             removed += count
             if count < _BATCH:
