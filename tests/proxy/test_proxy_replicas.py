@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from cachepilot.state_store import MemoryStateStore, SQLiteStateStore, StateStor
 from cachepilot_bench.replay import ReplayProvider, ReplayScript, ReplayTurn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
-from server_helpers import database, postgres_url_or_skip
+from server_helpers import PrivateRedis, database, postgres_url_or_skip
 
 SYSTEM = "You are a coding agent. cwd: /srv/app."
 PARAMETERS = {"type": "object", "properties": {"command": {"type": "string"}}}
@@ -329,5 +330,60 @@ def test_concurrent_requests_on_postgres_lose_no_call() -> None:
             return saved
 
         saved = asyncio.run(go())
+    assert saved["usage"]["input_tokens"] == 12 * USAGE["prompt_tokens"]
+    assert saved["calls"] == 12
+
+
+@pytest.fixture
+def private_redis() -> Iterator[PrivateRedis]:
+    """A Redis server of the test's own: its databases hold nothing of another test."""
+    server = PrivateRedis()
+    yield server
+    server.stop()
+
+
+def _redis_db(server: PrivateRedis, db: int) -> str:
+    return server.url.rsplit("/", 1)[0] + f"/{db}"
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_processes_on_one_redis_store_send_what_one_sends(
+    private_redis: PrivateRedis, processes: int
+) -> None:
+    bodies = session(30)
+    one = _alternate_pg(_redis_db(private_redis, 1), 1, bodies)
+    many = _alternate_pg(_redis_db(private_redis, 2), processes, bodies)
+    assert len(one) == len(many) == 30 and many == one
+    # The store kind does not change the bytes.
+    assert one == run_alternating_sqlite_reference(bodies)
+    import redis
+
+    client = redis.Redis.from_url(_redis_db(private_redis, 2))
+    try:  # both stores kept what the session sent in that database, and only there
+        assert any(client.scan_iter("cachepilot:proxy:*"))
+        assert int(client.get("cachepilot:bytes") or 0) > 0
+        assert not any(redis.Redis.from_url(_redis_db(private_redis, 3)).scan_iter("*"))
+    finally:
+        client.close()
+
+
+def test_concurrent_requests_on_redis_lose_no_call(private_redis: PrivateRedis) -> None:
+    upstream = Upstream()
+    bodies = session(12)
+    url = _redis_db(private_redis, 1)
+
+    async def go() -> dict[str, Any]:
+        engines = [_pg_engine(url, upstream) for _ in range(3)]
+        for n in range(0, len(bodies), 3):
+            await asyncio.gather(*(send(engines[i], bodies[n + i]) for i in range(3)))
+        store = engines[0].threads.store
+        assert store is not None
+        name = next(n for n in engines[0].threads.names() if n.endswith("team-session"))
+        saved = json.loads(await store.load(name) or "{}")
+        for e in engines:
+            await e.aclose()
+        return saved
+
+    saved = asyncio.run(go())
     assert saved["usage"]["input_tokens"] == 12 * USAGE["prompt_tokens"]
     assert saved["calls"] == 12
