@@ -21,9 +21,11 @@ import httpx
 import pytest
 
 from cachepilot import CachePilot, SQLiteArtifactStore
+from cachepilot.artifacts.base import REMOVED_BY_FORGET
 from cachepilot.messages import Message
 from cachepilot.proxy import ProxyConfig, ProxyEngine
 from cachepilot.proxy.engine import proxy_pilot_config
+from cachepilot.proxy.stores import open_stores
 from cachepilot.state_store import MemoryStateStore, SQLiteStateStore, StateStore
 from cachepilot_bench.replay import ReplayProvider, ReplayScript, ReplayTurn
 
@@ -387,3 +389,40 @@ def test_concurrent_requests_on_redis_lose_no_call(private_redis: PrivateRedis) 
     saved = asyncio.run(go())
     assert saved["usage"]["input_tokens"] == 12 * USAGE["prompt_tokens"]
     assert saved["calls"] == 12
+
+
+def test_cli_forgets_a_thread_of_a_redis_store(private_redis: PrivateRedis) -> None:
+    url = _redis_db(private_redis, 1)
+    upstream = Upstream()
+
+    async def serve() -> str:
+        target = _pg_engine(url, upstream)
+        for body in session(14):  # the fold that archives comes at the 12th call
+            await send(target, body)
+        name = next(n for n in target.threads.names() if n.endswith("team-session"))
+        await target.aclose()
+        return name
+
+    name = asyncio.run(serve())
+    artifacts, states = open_stores(url)
+    try:
+        refs = [info.ref for info in artifacts.list(name)]
+        assert refs  # the session's large outputs were archived in Redis
+        cli = [sys.executable, "-m", "cachepilot.cli", "forget", "--store", url]
+        done = subprocess.run(
+            [*cli, name, "--stored-name"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert artifacts.list(name) == [] and artifacts.total_bytes == 0
+        assert artifacts.removed(name, refs[0]) == REMOVED_BY_FORGET
+
+        async def state() -> str | None:
+            try:
+                return await states.load(name)
+            finally:
+                await states.aclose()  # type: ignore[attr-defined]
+
+        assert asyncio.run(state()) is None
+    finally:
+        artifacts.close()

@@ -195,6 +195,14 @@ def cmd_forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise ValueError(f"${args.api_key_env} is not set")
 
     async def forget() -> bool:
+        try:
+            return await forget_thread()
+        finally:
+            close = getattr(states, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def forget_thread() -> bool:
         name = str(args.thread)
         if key is not None:
             name = f"{key_scope({'x-api-key': key}, await load_secret(states))}/{name}"

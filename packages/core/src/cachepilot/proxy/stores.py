@@ -81,4 +81,4 @@ def _open_redis(url: str) -> tuple[ArtifactStore, StateStore]:
     except ValueError as exc:
         raise ValueError(f"--store is not a Redis URL redis-py can read: {exc}") from exc
     artifacts = RedisArtifactStore(sync_client)
-    return artifacts, RedisStateStore(async_client, prefix="cachepilot:proxy")
+    return artifacts, RedisStateStore(async_client, prefix="cachepilot:proxy", owns_client=True)
