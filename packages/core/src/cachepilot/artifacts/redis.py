@@ -363,7 +363,7 @@ class RedisArtifactStore(BaseArtifactStore):
 
 def _hex(thread: str) -> str:
     """A thread id as it appears in keys: hex of its UTF-8 bytes (no ':' can collide)."""
-    return thread.encode("utf-8", "surrogatepass").hex()
+    return thread.encode("utf-8").hex()
 
 
 def _cap(cap: int | None) -> int:
