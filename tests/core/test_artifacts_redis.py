@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cachepilot.artifacts.base import REMOVED_BY_SIZE
+from cachepilot.artifacts.base import REMOVED_BY_RETENTION, REMOVED_BY_SIZE
 from cachepilot.artifacts.redis import RedisArtifactStore
 from cachepilot.proxy.stores import open_stores
 
@@ -107,3 +107,23 @@ def test_store_url_without_the_redis_package_says_which_extra(
 def test_a_bad_redis_url_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="Redis URL"):
         open_stores("redis://127.0.0.1:notaport/0")
+
+
+def test_retention_removes_more_than_one_batch(
+    prefix: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cachepilot.artifacts.redis as module
+
+    monkeypatch.setattr(module, "_BATCH", 3)
+    url, name = prefix
+    now = [1000.0]
+    with RedisArtifactStore(url, prefix=name, retention_seconds=60, clock=lambda: now[0]) as store:
+        refs = [store.put(f"t{n % 2}", f"payload {n}") for n in range(7)]
+        now[0] += 61
+        keep = store.put("t0", "fresh")
+        assert store.prune() == 7  # three script runs of at most 3
+        assert [info.ref for info in store.list("t0")] == [keep]
+        assert store.list("t1") == []
+        assert all(store.removed(f"t{n % 2}", ref) == REMOVED_BY_RETENTION
+                   for n, ref in enumerate(refs))  # fmt: skip
+        assert store.total_bytes == len(b"fresh")

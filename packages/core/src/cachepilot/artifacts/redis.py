@@ -175,7 +175,7 @@ elseif op == 'expire' then
     redis.call('HDEL', P .. ':r:' .. t, ref)
     redis.call('ZREM', P .. ':tomb', member)
   end
-  if ARGV[4] == '' then return 0 end
+  if ARGV[4] == '' then return {0, 0} end
   local victims = redis.call('ZRANGEBYSCORE', P .. ':lru', '-inf', '(' .. ARGV[4],
     'LIMIT', 0, tonumber(ARGV[5]))
   local count = 0
@@ -188,7 +188,7 @@ elseif op == 'expire' then
       redis.call('ZREM', P .. ':lru', member)
     end
   end
-  return count
+  return {count, #victims}
 elseif op == 'caps' then
   -- ARGV: op P T(or '') now cap reason
   local t = ARGV[3]
@@ -351,13 +351,11 @@ class RedisArtifactStore(BaseArtifactStore):
         cutoff = "" if retention is None else repr(float(now - retention))
         removed = 0
         while True:
-            count = int(
-                self._run(
-                    "expire", tomb_cutoff, cutoff, _BATCH, REMOVED_BY_RETENTION, repr(float(now))
-                )
+            count, seen = self._run(
+                "expire", tomb_cutoff, cutoff, _BATCH, REMOVED_BY_RETENTION, repr(float(now))
             )
-            removed += count
-            if count < _BATCH:
+            removed += int(count)
+            if int(seen) < _BATCH:
                 return removed
 
 
