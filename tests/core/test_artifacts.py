@@ -8,6 +8,7 @@ import sqlite3
 import stat
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from cachepilot.artifacts import (
     default_store_path,
 )
 from cachepilot.artifacts.base import REMOVED_BY_FORGET
+from cachepilot.artifacts.redis import RedisArtifactStore
 from cachepilot.artifacts.sql import SQLArtifactStore
 from cachepilot.refs import content_digest, make_ref
 
@@ -49,11 +51,12 @@ class FakeClock:
 StoreFactory = Callable[..., BaseArtifactStore]
 
 
-@pytest.fixture(params=["memory", "sqlite", "sql", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "sql", "postgres", "redis"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """Builds a store of the parametrized kind (closed at teardown); `sql` is the SQLAlchemy
     store on an SQLite file, `postgres` the same on a real PostgreSQL server (skipped without
-    one: `. .ci/services.sh` starts it)."""
+    one: `. .ci/services.sh` starts it), `redis` the Redis store on a real server under a key
+    prefix of its own (its keys removed at teardown)."""
     made: list[BaseArtifactStore] = []
     databases: contextlib.ExitStack = contextlib.ExitStack()
     if request.param == "postgres":
@@ -61,6 +64,18 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
         from server_helpers import database, postgres_url_or_skip
 
         server = postgres_url_or_skip()
+    if request.param == "redis":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
+        import redis
+        from server_helpers import redis_url_or_skip
+
+        redis_url = redis_url_or_skip()
+        client = redis.Redis.from_url(redis_url)
+        prefixes: list[str] = []
+        databases.callback(client.close)
+        databases.callback(
+            lambda: [client.delete(k) for p in prefixes for k in client.scan_iter(f"{p}:*")]
+        )
 
     def factory(**kwargs: Any) -> BaseArtifactStore:
         store: BaseArtifactStore
@@ -71,6 +86,9 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
             store = SQLArtifactStore(url, **kwargs)
         elif request.param == "postgres":
             store = SQLArtifactStore(databases.enter_context(database(server)), **kwargs)
+        elif request.param == "redis":
+            prefixes.append(f"cachepilot-test:{uuid.uuid4().hex}")
+            store = RedisArtifactStore(redis_url, prefix=prefixes[-1], **kwargs)
         else:
             store = SQLiteArtifactStore(tmp_path / f"store{len(made)}.sqlite", **kwargs)
         made.append(store)

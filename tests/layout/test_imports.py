@@ -120,6 +120,7 @@ LAZY_ALLOWED = {
     "langsmith": "optional: LangSmith tracing, when installed",
     "ormsgpack": "LangGraph's checkpoint serializer, read only by `cachepilot inspect`",
     "sqlalchemy": "optional: the SQL state and artifact stores (`cachepilot[postgres]`)",
+    "redis": "optional: the Redis state and artifact stores (`cachepilot[redis]`)",
     "headroom": "the bench's Headroom peer, installed only where it runs",
 }
 

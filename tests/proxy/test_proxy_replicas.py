@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,16 @@ import httpx
 import pytest
 
 from cachepilot import CachePilot, SQLiteArtifactStore
+from cachepilot.artifacts.base import REMOVED_BY_FORGET
 from cachepilot.messages import Message
 from cachepilot.proxy import ProxyConfig, ProxyEngine
 from cachepilot.proxy.engine import proxy_pilot_config
+from cachepilot.proxy.stores import open_stores
 from cachepilot.state_store import MemoryStateStore, SQLiteStateStore, StateStore
 from cachepilot_bench.replay import ReplayProvider, ReplayScript, ReplayTurn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
-from server_helpers import database, postgres_url_or_skip
+from server_helpers import PrivateRedis, database, postgres_url_or_skip
 
 SYSTEM = "You are a coding agent. cwd: /srv/app."
 PARAMETERS = {"type": "object", "properties": {"command": {"type": "string"}}}
@@ -331,3 +334,95 @@ def test_concurrent_requests_on_postgres_lose_no_call() -> None:
         saved = asyncio.run(go())
     assert saved["usage"]["input_tokens"] == 12 * USAGE["prompt_tokens"]
     assert saved["calls"] == 12
+
+
+@pytest.fixture
+def private_redis() -> Iterator[PrivateRedis]:
+    """A Redis server of the test's own: its databases hold nothing of another test."""
+    server = PrivateRedis()
+    yield server
+    server.stop()
+
+
+def _redis_db(server: PrivateRedis, db: int) -> str:
+    return server.url.rsplit("/", 1)[0] + f"/{db}"
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_processes_on_one_redis_store_send_what_one_sends(
+    private_redis: PrivateRedis, processes: int
+) -> None:
+    bodies = session(30)
+    one = _alternate_pg(_redis_db(private_redis, 1), 1, bodies)
+    many = _alternate_pg(_redis_db(private_redis, 2), processes, bodies)
+    assert len(one) == len(many) == 30 and many == one
+    # The store kind does not change the bytes.
+    assert one == run_alternating_sqlite_reference(bodies)
+    import redis
+
+    client = redis.Redis.from_url(_redis_db(private_redis, 2))
+    try:  # both stores kept what the session sent in that database, and only there
+        assert any(client.scan_iter("cachepilot:proxy:*"))
+        assert int(client.get("cachepilot:bytes") or 0) > 0
+        assert not any(redis.Redis.from_url(_redis_db(private_redis, 3)).scan_iter("*"))
+    finally:
+        client.close()
+
+
+def test_concurrent_requests_on_redis_lose_no_call(private_redis: PrivateRedis) -> None:
+    upstream = Upstream()
+    bodies = session(12)
+    url = _redis_db(private_redis, 1)
+
+    async def go() -> dict[str, Any]:
+        engines = [_pg_engine(url, upstream) for _ in range(3)]
+        for n in range(0, len(bodies), 3):
+            await asyncio.gather(*(send(engines[i], bodies[n + i]) for i in range(3)))
+        store = engines[0].threads.store
+        assert store is not None
+        name = next(n for n in engines[0].threads.names() if n.endswith("team-session"))
+        saved = json.loads(await store.load(name) or "{}")
+        for e in engines:
+            await e.aclose()
+        return saved
+
+    saved = asyncio.run(go())
+    assert saved["usage"]["input_tokens"] == 12 * USAGE["prompt_tokens"]
+    assert saved["calls"] == 12
+
+
+def test_cli_forgets_a_thread_of_a_redis_store(private_redis: PrivateRedis) -> None:
+    url = _redis_db(private_redis, 1)
+    upstream = Upstream()
+
+    async def serve() -> str:
+        target = _pg_engine(url, upstream)
+        for body in session(14):  # the fold that archives comes at the 12th call
+            await send(target, body)
+        name = next(n for n in target.threads.names() if n.endswith("team-session"))
+        await target.aclose()
+        return name
+
+    name = asyncio.run(serve())
+    artifacts, states = open_stores(url)
+    try:
+        refs = [info.ref for info in artifacts.list(name)]
+        assert refs  # the session's large outputs were archived in Redis
+        cli = [sys.executable, "-m", "cachepilot.cli", "forget", "--store", url]
+        done = subprocess.run(
+            [*cli, name, "--stored-name"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert artifacts.list(name) == [] and artifacts.total_bytes == 0
+        assert artifacts.removed(name, refs[0]) == REMOVED_BY_FORGET
+
+        async def state() -> str | None:
+            try:
+                return await states.load(name)
+            finally:
+                await states.aclose()  # type: ignore[attr-defined]
+
+        assert asyncio.run(state()) is None
+    finally:
+        artifacts.close()

@@ -35,12 +35,26 @@ class RedisStateStore:
         client: an async Redis client (`redis.asyncio.Redis`).
         prefix: key prefix (a `RedisSession`'s `key_prefix`).
         ttl: expiry in seconds (a `RedisSession`'s `ttl`), or None.
+        owns_client: `aclose` closes the client (it was made for this store alone).
     """
 
-    def __init__(self, client: Any, prefix: str = "agents:session", ttl: int | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        prefix: str = "agents:session",
+        ttl: int | None = None,
+        *,
+        owns_client: bool = False,
+    ) -> None:
         self._client = client
         self._prefix = prefix
         self._ttl = ttl
+        self._owns_client = owns_client
+
+    async def aclose(self) -> None:
+        """Close the client's connections when the store owns it."""
+        if self._owns_client:
+            await self._client.aclose()
 
     def _key(self, thread: str) -> str:
         return f"{self._prefix}:{thread}:{TABLE}"

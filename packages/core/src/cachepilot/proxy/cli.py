@@ -60,7 +60,8 @@ def add_proxy_parser(sub: Any) -> None:
         "--store",
         metavar="PATH|URL",
         help="where archived originals and thread states are kept: an SQLite file (inspect it "
-        "with `cachepilot inspect PATH --store PATH`) or a postgresql:// URL; processes that "
+        "with `cachepilot inspect PATH --store PATH`), a postgresql:// or a redis:// URL; "
+        "processes that "
         "share it (--workers, replicas) agree on every thread; default: originals in the "
         "per-user archive, states in memory",
     )
@@ -194,6 +195,14 @@ def cmd_forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise ValueError(f"${args.api_key_env} is not set")
 
     async def forget() -> bool:
+        try:
+            return await forget_thread()
+        finally:
+            close = getattr(states, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def forget_thread() -> bool:
         name = str(args.thread)
         if key is not None:
             name = f"{key_scope({'x-api-key': key}, await load_secret(states))}/{name}"

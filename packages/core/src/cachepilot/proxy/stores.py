@@ -3,7 +3,10 @@
 - an SQLite file path: both in that file (`SQLiteArtifactStore`, `SQLiteStateStore`);
 - a PostgreSQL URL (`postgresql://user@host:5432/db`): both in that database
   (`SQLArtifactStore` through psycopg, `SQLAlchemyStateStore` through asyncpg; needs
-  `cachepilot[postgres]`).
+  `cachepilot[postgres]`);
+- a Redis URL (`redis://host:6379/0`, `rediss://` for TLS): both in that database
+  (`RedisArtifactStore`, `RedisStateStore` under the `cachepilot:proxy` prefix; needs
+  `cachepilot[redis]` and a standalone server).
 
 Every kind versions its states, so processes (workers, replicas behind a load balancer) that
 share one store agree on each thread (`cachepilot.proxy.memory`).
@@ -21,6 +24,7 @@ __all__ = ["is_url", "open_stores"]
 
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _POSTGRES = ("postgresql", "postgres")
+_REDIS = ("redis", "rediss")
 
 
 def is_url(store: str | Path) -> bool:
@@ -52,7 +56,29 @@ def open_stores(store: str | Path) -> tuple[ArtifactStore, StateStore]:
         artifacts = SQLArtifactStore(f"postgresql+psycopg://{rest}")
         engine = create_async_engine(f"postgresql+asyncpg://{rest}", pool_pre_ping=True)
         return artifacts, SQLAlchemyStateStore(engine, owns_engine=True)
+    if scheme in _REDIS:
+        return _open_redis(str(store))
     raise ValueError(
-        f"--store {scheme}:// is not a kind the proxy knows: give an SQLite file path or a "
-        "postgresql:// URL"
+        f"--store {scheme}:// is not a kind the proxy knows: give an SQLite file path, a "
+        "postgresql:// URL or a redis:// URL"
     )
+
+
+def _open_redis(url: str) -> tuple[ArtifactStore, StateStore]:
+    try:
+        import redis
+        import redis.asyncio
+
+        from cachepilot.artifacts.redis import RedisArtifactStore
+        from cachepilot.state_store_redis import RedisStateStore
+    except ImportError as exc:
+        raise ValueError(
+            f"a Redis --store needs the redis extra: pip install 'cachepilot[redis]' ({exc})"
+        ) from exc
+    try:
+        sync_client = redis.Redis.from_url(url)
+        async_client = redis.asyncio.from_url(url)
+    except ValueError as exc:
+        raise ValueError(f"--store is not a Redis URL redis-py can read: {exc}") from exc
+    artifacts = RedisArtifactStore(sync_client)
+    return artifacts, RedisStateStore(async_client, prefix="cachepilot:proxy", owns_client=True)
