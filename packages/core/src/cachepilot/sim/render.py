@@ -28,7 +28,7 @@ from operator import attrgetter, is_, is_not
 from typing import Any, Literal, TypeAlias
 
 from cachepilot.identity_memo import IdentityMemo
-from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart
+from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart, content_hash
 from cachepilot.tokens import IMAGE_TOKENS, TokenCounter
 
 __all__ = [
@@ -193,9 +193,10 @@ class _Memo:
 
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
-        # Content-keyed memos hold their keys (messages, texts) and token ids: bounded by an
-        # approximate size in bytes as well as by entries.
-        self.messages: OrderedDict[Message, Segment] = OrderedDict()
+        # Content-keyed memos (messages by their content hash, texts by themselves) hold token
+        # ids: bounded by an approximate size in bytes as well as by entries. Keying messages
+        # by digest keeps the memo from pinning the messages themselves.
+        self.messages: OrderedDict[str, Segment] = OrderedDict()
         self.by_id: IdentityMemo[Message, Segment] = IdentityMemo(_MAX_MEMO)
         self.last: _Last | None = None
         self.last_tools: tuple[Sequence[Mapping[str, Any]], list[Segment]] = ((), [])
@@ -222,9 +223,10 @@ class _Memo:
         known = self.by_id.get(message)
         if known is not None:
             return known
-        seg = self.messages.get(message)
+        digest = content_hash(message)
+        seg = self.messages.get(digest)
         if seg is None:
-            seg = self._remember(self.messages, message, self._render(message))
+            seg = self._remember(self.messages, digest, self._render(message))
         return self.by_id.put(message, seg)
 
     def tools(self, tools: Sequence[Mapping[str, Any]]) -> list[Segment]:
@@ -313,16 +315,10 @@ class _Memo:
         return seg
 
 
-def _entry_bytes(key: Message | tuple[str, str], seg: Segment) -> int:
+def _entry_bytes(key: str | tuple[str, str], seg: Segment) -> int:
     """Approximate bytes one content-keyed memo entry holds (its key and its token ids)."""
     size = 200 + seg.tokens.itemsize * len(seg.tokens)
-    if isinstance(key, Message):
-        for part in key.parts:
-            size += len(part.url) if isinstance(part, ImagePart) else len(part.text)
-        for call in key.tool_calls:
-            size += len(call.name) + len(call.arguments)
-        return size
-    return size + len(key[1])
+    return size + (len(key) if isinstance(key, str) else len(key[1]))
 
 
 _MEMOS: weakref.WeakKeyDictionary[TokenCounter, _Memo] = weakref.WeakKeyDictionary()
