@@ -26,7 +26,7 @@ class _Ref(weakref.ref):  # type: ignore[type-arg]
     """A weak reference that knows the memo key of its entry."""
 
     __slots__ = ("key",)
-    key: tuple[Hashable, ...]
+    key: Hashable
 
 
 class IdentityMemo(Generic[K, V]):
@@ -50,7 +50,7 @@ class IdentityMemo(Generic[K, V]):
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
         self.max_entries = max_entries
-        self._entries: OrderedDict[tuple[Hashable, ...], tuple[_Ref, V]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[_Ref, V]] = OrderedDict()
         self._dead: deque[_Ref] = deque()
         self._lock = threading.Lock()
 
@@ -61,7 +61,7 @@ class IdentityMemo(Generic[K, V]):
 
     def get(self, obj: K, *extra: Hashable) -> V | None:
         """The value memoised for `obj` (and `extra`), or None."""
-        key = (id(obj), *extra)
+        key = (id(obj), *extra) if extra else id(obj)
         with self._lock:
             if self._dead:
                 self._drain()
@@ -73,7 +73,7 @@ class IdentityMemo(Generic[K, V]):
 
     def put(self, obj: K, value: V, *extra: Hashable) -> V:
         """Memoise `value` for `obj` (replacing what was memoised for it); returns `value`."""
-        key = (id(obj), *extra)
+        key = (id(obj), *extra) if extra else id(obj)
         with self._lock:
             if self._dead:
                 self._drain()
