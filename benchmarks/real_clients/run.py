@@ -179,10 +179,17 @@ def running_proxy(upstream: str, profile: str, folder: Path) -> Iterator[str]:
         log.close()
 
 
-def _metrics(root: str) -> dict[str, Any]:
+def _metrics(root: str) -> dict[str, float]:
+    """The proxy's totals from `/metrics` (Prometheus text): sample name -> value."""
     with urllib.request.urlopen(f"{root}/metrics", timeout=10) as response:
-        data: dict[str, Any] = json.loads(response.read())
-        return data
+        text = response.read().decode("utf-8")
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or "{" not in line or 'thread="' in line:
+            continue
+        name, rest = line.split("{", 1)
+        totals[name] = totals.get(name, 0.0) + float(rest.rsplit(" ", 1)[1])
+    return totals
 
 
 def _tool_names(body: Mapping[str, Any]) -> set[str]:
@@ -310,7 +317,7 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
     rules = ProviderRules()
     profile = client.profile or PROFILES[client.api]
     provider = ReplayProvider(ReplayScript([]), profile, responder=model, rules=rules)
-    metrics: dict[str, Any] = {}
+    metrics: dict[str, float] = {}
     proxy_log = ""
     with provider:
         upstream = provider.base_url.removesuffix("/v1")
@@ -329,8 +336,7 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
     if thread:
         first = json.dumps(thread[0].body, indent=1)
         (requests / f"{client.name}-{mode}-first.json").write_text(first)
-    threads = (metrics.get("threads") or {}).values()
-    maintenance = sum(len(t.get("epochs") or []) for t in threads)
+    maintenance = int(metrics.get("cachepilot_proxy_maintenance_epochs_total", 0))
     module = repo / MODULE_PATH
     return Outcome(
         client=client.name,
@@ -347,7 +353,7 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
         else [],
         maintenance=maintenance,
         recalls=model.recalls,
-        proxy_recalls=sum(int(t.get("recalls") or 0) for t in threads),
+        proxy_recalls=int(metrics.get("cachepilot_proxy_recalls_total", 0)),
         proxy_log=proxy_log,
     )
 

@@ -26,6 +26,7 @@ from cachepilot.artifacts import (
     SQLiteArtifactStore,
     default_store_path,
 )
+from cachepilot.artifacts.base import REMOVED_BY_FORGET
 from cachepilot.artifacts.sql import SQLArtifactStore
 from cachepilot.refs import content_digest, make_ref
 
@@ -258,6 +259,22 @@ def test_delete_and_delete_thread(make_store: StoreFactory) -> None:
     assert store.get("t", b) is None
     assert store.delete_thread("t") == 0
     assert store.list("u")[0].ref == other
+
+
+def test_forget_thread_leaves_only_why(make_store: StoreFactory) -> None:
+    store = make_store()
+    a = store.put("t", "a")
+    b = store.put("t", "b")
+    kept = store.put("u", "a")
+    assert store.removed("t", a) is None
+    assert store.forget_thread("t") == 2
+    assert store.list("t") == [] and store.get("t", b) is None
+    assert store.removed("t", a) == store.removed("t", b) == REMOVED_BY_FORGET
+    assert store.removed("u", kept) is None and store.get("u", kept) is not None
+    # A thread used again after it was forgotten keeps what it archives from then on.
+    again = store.put("t", "fresh")
+    assert store.get("t", again) is not None
+    assert asyncio.run(store.aforget_thread("u")) == 1 and store.list("u") == []
 
 
 # --- namespaces ------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ from cachepilot.fold import (
     plan_fold,
     safe_cut,
 )
+from cachepilot.fold.facts_in_use import FACTS_HEADER
+from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall, message_keys, pairing_issues
 from cachepilot.plan import FOLD_ID_PREFIX, Edit, Epoch, Plan, apply_plan, render_plan
 from cachepilot.tokens import TokenCounter, get_counter
@@ -737,3 +739,31 @@ def test_zero_llm_differential_summary_is_rebuilt_not_nested() -> None:
     assert all(CHARS.count(text) <= 400 + 120 for text in texts)  # budget + header line
     # the third summary still names work from the first range
     assert "tests/t2_0.py" in texts[-1]
+
+
+def test_the_facts_share_of_a_zero_llm_summary_sets_how_many_exact_values_it_keeps() -> None:
+    transcript = _transcript([(1, 30, False)] * 40)  # a session memory that fills its part
+    for n in range(12):
+        call = ToolCall(f"r{n}", "bash", json.dumps({"command": f"cat src/mod_{n}.py"}))
+        body = "\n".join(f"def handler_{n}_{i}(request_{i}): return {1000 + i}" for i in range(40))
+        transcript.append(Message(role="assistant", content=f"read {n}", tool_calls=(call,)))
+        transcript.append(Message(role="tool", content=body, tool_call_id=f"r{n}", name="bash"))
+    sections: dict[float, list[str]] = {}
+    for share in (0.0, 0.3, 0.7):
+        edit = plan_fold(
+            transcript,
+            store=InMemoryArtifactStore(),
+            thread="t",
+            protect_tail_tokens=200,
+            min_tokens=0,
+            summary_tokens=600,
+            facts_share=share,
+        )
+        assert edit is not None
+        _, _, facts = edit.text.partition(FACTS_HEADER)
+        sections[share] = [v for line in facts.splitlines() for v in line.split(", ") if v]
+        assert get_counter().count(edit.text) <= 600 + 60  # budget + header line
+    assert sections[0.0] == []
+    assert 0 < len(sections[0.3]) < len(sections[0.7])
+    with pytest.raises(ValueError, match="fold_facts_share"):
+        MaintenanceConfig(fold_facts_share=0.95)

@@ -102,6 +102,12 @@ class AsyncDriven(LangGraphArtifactStore):
     def delete_thread(self, thread: str) -> int:
         return asyncio.run(self.adelete_thread(thread))
 
+    def forget_thread(self, thread: str) -> int:
+        return asyncio.run(self.aforget_thread(thread))
+
+    def removed(self, thread: str, ref: str) -> str | None:
+        return asyncio.run(self.aremoved(thread, ref))
+
     def prune(self, now: float | None = None) -> int:
         return asyncio.run(self.aprune(now))
 

@@ -119,7 +119,8 @@ LAZY_ALLOWED = {
     "langchain_anthropic": "the bench's `anthropic` extra",
     "langsmith": "optional: LangSmith tracing, when installed",
     "ormsgpack": "LangGraph's checkpoint serializer, read only by `cachepilot inspect`",
-    "sqlalchemy": "optional: the SQLAlchemy state store of the Agents plugin",
+    "sqlalchemy": "optional: the SQL state and artifact stores (`cachepilot[postgres]`)",
+    "headroom": "the bench's Headroom peer, installed only where it runs",
 }
 
 

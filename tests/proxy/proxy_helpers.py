@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -62,3 +63,28 @@ def running_proxy(
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+_SAMPLE = re.compile(r'^[a-z_:][a-z0-9_:]*\{[a-z_]+="[^"\n]*"(,[a-z_]+="[^"\n]*")*\} -?[0-9.e+-]+$')
+
+
+def parse_prometheus(text: str) -> dict[str, list[tuple[str, float]]]:
+    """Families of a Prometheus text exposition: name -> [(labels, value)]; fails on any line
+    that is neither a HELP/TYPE comment nor a well-formed sample."""
+    families: dict[str, list[tuple[str, float]]] = {}
+    typed: set[str] = set()
+    assert text.endswith("\n")
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            name, kind = line[7:].split(" ")
+            assert kind in {"counter", "gauge"} and (kind != "counter" or name.endswith("_total"))
+            typed.add(name)
+            continue
+        if line.startswith("# HELP "):
+            continue
+        assert _SAMPLE.match(line), line
+        name, rest = line.split("{", 1)
+        labels, value = rest.rsplit("} ", 1)
+        assert name in typed, f"sample before its TYPE line: {line}"
+        families.setdefault(name, []).append((labels, float(value)))
+    return families

@@ -3,13 +3,16 @@ against DNS rebinding, an optional scrape token; no client ids or thread names i
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
-import re
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from proxy_helpers import parse_prometheus as parse
 from proxy_helpers import running_proxy
 from scripts import BASH, BIG, CALL, SYSTEM, plain_script
 
@@ -18,7 +21,6 @@ from cachepilot_bench.replay import ReplayProvider
 
 THREAD = "alice-private-thread"
 KEY = "sk-test-guessable-key"
-_SAMPLE = re.compile(r'^[a-z_:][a-z0-9_:]*\{[a-z_]+="[^"\n]*"(,[a-z_]+="[^"\n]*")*\} -?[0-9.e+-]+$')
 
 
 def _body() -> dict[str, Any]:
@@ -39,28 +41,6 @@ def _body() -> dict[str, Any]:
 def _call(proxy_url: str, headers: dict[str, str]) -> None:
     reply = httpx.post(f"{proxy_url}/chat/completions", json=_body(), headers=headers, timeout=30)
     assert reply.status_code == 200
-
-
-def parse(text: str) -> dict[str, list[tuple[str, float]]]:
-    """Families of a Prometheus text exposition: name -> [(labels, value)]; fails on any line
-    that is neither a HELP/TYPE comment nor a well-formed sample."""
-    families: dict[str, list[tuple[str, float]]] = {}
-    typed: set[str] = set()
-    assert text.endswith("\n")
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            name, kind = line[7:].split(" ")
-            assert kind in {"counter", "gauge"} and (kind != "counter" or name.endswith("_total"))
-            typed.add(name)
-            continue
-        if line.startswith("# HELP "):
-            continue
-        assert _SAMPLE.match(line), line
-        name, rest = line.split("{", 1)
-        labels, value = rest.rsplit("} ", 1)
-        assert name in typed, f"sample before its TYPE line: {line}"
-        families.setdefault(name, []).append((labels, float(value)))
-    return families
 
 
 def test_metrics_speak_prometheus_without_names_or_key_digests() -> None:
@@ -152,3 +132,22 @@ def test_warnings_name_no_thread_and_no_call_id(caplog: pytest.LogCaptureFixture
     shown = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert any("could not be" in line for line in shown)  # the store failures were reported
     assert not any(THREAD in line or CALL.id in line for line in shown)
+
+
+def test_maintenance_points_are_counted() -> None:
+    from test_proxy_replicas import Upstream, engine, send, session
+
+    async def go(tmp: Path) -> tuple[int, str]:
+        proxy = engine(tmp, Upstream())
+        for body in session(40):
+            await send(proxy, body)
+        [name] = proxy.threads.names()
+        epochs = len(proxy.pilot.state(name).plan.epochs)
+        text = proxy.metrics.render(provider="p", label=proxy.label, threads_in_memory=1)
+        await proxy.aclose()
+        return epochs, text
+
+    with tempfile.TemporaryDirectory() as tmp:
+        epochs, text = asyncio.run(go(Path(tmp)))
+    counted = dict(parse(text)["cachepilot_proxy_maintenance_epochs_total"])
+    assert epochs >= 1 and counted['provider="p"'] == epochs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from proxy_helpers import running_proxy
+from proxy_helpers import parse_prometheus, running_proxy
 from scripts import recall_script
 from test_proxy_stream_order import _body
 
@@ -16,7 +16,7 @@ from cachepilot_bench.replay import ReplayProvider
 def test_metrics_count_the_recalls_the_proxy_answered(mixed: bool) -> None:
     with (
         ReplayProvider(recall_script(mixed=mixed)) as upstream,
-        running_proxy(upstream.base_url) as proxy,
+        running_proxy(upstream.base_url, metrics_per_thread=True) as proxy,
     ):
         path, body = _body("chat")
         body = {**body, "stream": False}
@@ -30,8 +30,12 @@ def test_metrics_count_the_recalls_the_proxy_answered(mixed: bool) -> None:
                 {"role": "tool", "tool_call_id": call["id"], "content": "ok"},
             ]
             httpx.post(proxy.root + path, json={**body, "messages": follow}, timeout=30)
-        metrics = httpx.get(proxy.root + "/metrics", timeout=10).json()
+        metrics = parse_prometheus(httpx.get(proxy.root + "/metrics", timeout=10).text)
         calls = len(upstream.records)
-    [thread] = metrics["threads"].values()
-    assert thread["recalls"] == 1
-    assert thread["calls"] == calls == 2
+
+    def per_thread(family: str) -> float:
+        [value] = [v for labels, v in metrics[family] if 'thread="' in labels]
+        return value
+
+    assert per_thread("cachepilot_proxy_recalls_total") == 1
+    assert per_thread("cachepilot_proxy_model_calls_total") == calls == 2

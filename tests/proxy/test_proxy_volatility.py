@@ -4,6 +4,8 @@ system prompt reaches the upstream byte-identical from the second call on."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -13,8 +15,9 @@ from scripts import ANTHROPIC_BASH, BIG, CALL, FINAL, plain_script
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.inspect_state import load_threads
 from cachepilot.proxy.families import FAMILY_DOC_KEY
-from cachepilot.state_store import MemoryStateStore
+from cachepilot.state_store import MemoryStateStore, SQLiteStateStore, StateStore
 from cachepilot_bench.replay import ReplayProvider
 
 RULES = "Follow the house rules and keep every answer short. " * 120
@@ -57,7 +60,7 @@ def turns() -> list[list[dict[str, Any]]]:
     return [first, second, third]
 
 
-def run(upstream: str, *, metadata: dict[str, str] | None, store: MemoryStateStore) -> list[str]:
+def run(upstream: str, *, metadata: dict[str, str] | None, store: StateStore) -> list[str]:
     """Three calls of one session, each with a new session id and build number; the thread
     names the proxy held."""
     pilot = CachePilot(Config(provider="anthropic"), store=InMemoryArtifactStore())
@@ -104,17 +107,18 @@ def test_a_per_call_session_id_keeps_one_thread_and_a_stable_prefix(keyed: bool)
     assert state is not None and '"learned"' in state
 
 
-def test_a_restarted_proxy_keeps_the_family() -> None:
-    store = MemoryStateStore()
+def test_a_restarted_proxy_keeps_the_family(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
     metadata = {"user_id": "user_abc_account__session_42"}
     with ReplayProvider(plain_script(), profile="anthropic") as upstream:
-        first = run(upstream.base_url, metadata=metadata, store=store)
-    saved = asyncio.run(store.load(first[0]))
-    assert saved is not None
-    families = [k for k, v in store._data.items() if v.startswith(f'{{"{FAMILY_DOC_KEY}"')]
-    assert len(families) == 1
+        first = run(upstream.base_url, metadata=metadata, store=SQLiteStateStore(path))
+    with sqlite3.connect(path) as conn:
+        docs = [row[0] for row in conn.execute("SELECT state FROM cachepilot_state")]
+    assert sum(d.startswith(f'{{"{FAMILY_DOC_KEY}"') for d in docs) == 1
+    # `cachepilot inspect` lists the thread, not the family document.
+    assert [t.thread for t in load_threads(path)] == first
     with ReplayProvider(plain_script(), profile="anthropic") as upstream:
-        second = run(upstream.base_url, metadata=metadata, store=store)
+        second = run(upstream.base_url, metadata=metadata, store=SQLiteStateStore(path))
     assert second == first  # the same thread after the restart, whatever the session id
 
 

@@ -49,7 +49,12 @@ def register_bench(sub: Any) -> Handler:
         choices=sorted(PROFILES),
         help=f"provider cache profile (default: {DEFAULT_PROFILE})",
     )
-    bench.add_argument("--mode", choices=["isolated", "continuous"], default="isolated")
+    bench.add_argument(
+        "--mode",
+        choices=["isolated", "continuous"],
+        default=None,
+        help="isolated (default): one trace per session; continuous: traces of a source chained",
+    )
     bench.add_argument("--client-marks", **_CLIENT_MARKS)
     bench.add_argument("--chain", type=int, default=4, help="continuous mode: traces per session")
     bench.add_argument("--json", dest="json_path", metavar="FILE", help="write results as JSON")
@@ -65,6 +70,35 @@ def register_bench(sub: Any) -> Handler:
         "--frontier",
         metavar="FILE",
         help="with --sweep: write the frontier chart, one panel per source (PNG, needs matplotlib)",
+    )
+    bench.add_argument(
+        "--holdout",
+        action="store_true",
+        help="with --sweep: run the sweep in both modes and choose settings leaving one trace "
+        "source out: for each source, the cheapest setting whose visible fidelity reaches "
+        "--target on every other source in both modes, measured on the source left out "
+        "(--json then holds both runs and the held-out results)",
+    )
+    bench.add_argument(
+        "--holdout-from",
+        nargs="+",
+        metavar="FILE",
+        help="the held-out table of sweeps already run: --json files of `bench --sweep` (one "
+        "per mode) or of `bench --sweep --holdout`; nothing is replayed",
+    )
+    bench.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="with --holdout: visible fidelity every source must keep (default: 0.97)",
+    )
+    bench.add_argument(
+        "--losses",
+        metavar="FILE",
+        help="explain cachepilot's visible-fidelity losses instead of pricing: for the one "
+        "cachepilot setting named with --strategy (default: cachepilot), every needed fact "
+        "missing from a view, with its cause (ingest, stub, evict, fold), as JSON lines in "
+        "FILE, and the counts per source",
     )
     bench.add_argument("--workers", type=int, default=0, help="processes (default: all cores)")
     bench.add_argument("--encoding", default="o200k_base", help="tiktoken encoding")
@@ -119,45 +153,101 @@ def _load_sessions(paths: Sequence[str]) -> tuple[list[Any], int]:
 
 
 def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from cachepilot_bench import ALL_STRATEGIES, BenchConfig, prepare_sessions, run_bench
+    from cachepilot_bench.holdout import DEFAULT_TARGET, format_holdout, holdout_json
+
+    target = DEFAULT_TARGET if args.target is None else args.target
+    if not 0.0 < target <= 1.0:
+        raise ValueError(f"--target must be within (0, 1], got {target}")
+    if args.target is not None and not (args.holdout or args.holdout_from):
+        raise ValueError("--target is the held-out fidelity target: add --holdout")
+    if args.holdout_from:
+        docs = _load_sweeps(args.holdout_from)
+        out.write(format_holdout(docs, target))
+        if args.json_path:
+            _write_json(args.json_path, {"holdout": holdout_json(docs, target)}, out)
+        return 0
+    if args.frontier and not args.sweep:
+        raise ValueError("--frontier draws a sweep: add --sweep")
+    if args.holdout and not args.sweep:
+        raise ValueError("--holdout chooses among the sweep's settings: add --sweep")
+    if args.holdout and args.mode is not None:
+        raise ValueError("--holdout runs the sweep in both modes: leave out --mode")
+    if args.holdout and args.plot:
+        raise ValueError("--plot draws one run: leave it out with --holdout")
+    if args.losses:
+        return _cmd_losses(args, out, err)
+    modes = ["isolated", "continuous"] if args.holdout else [args.mode or "isolated"]
+    runs: dict[str, dict[str, Any]] = {}
+    for mode in modes:
+        doc = _bench_run(args, mode, out, err)
+        if doc is None:
+            return 2
+        runs[mode] = doc
+    if not args.holdout:
+        if args.json_path:
+            _write_json(args.json_path, runs[modes[0]], out)
+        return 0
+    out.write("\n" + format_holdout(runs, target))
+    if args.json_path:
+        _write_json(args.json_path, {"modes": runs, "holdout": holdout_json(runs, target)}, out)
+    return 0
+
+
+def _write_json(path: str, doc: dict[str, Any], out: TextIO) -> None:
+    Path(path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    out.write(f"wrote {path}\n")
+
+
+def _load_sweeps(paths: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Mode → sweep document, from `bench --sweep --json` files (one per mode) or a
+    `bench --sweep --holdout --json` file."""
+    docs: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: not a readable JSON file ({exc})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: not a bench --json document")
+        found = data.get("modes") if "modes" in data else {data.get("mode"): data}
+        if not isinstance(found, dict):
+            raise ValueError(f"{path}: not a bench --json document")
+        for mode, doc in found.items():
+            if not isinstance(doc, dict) or "per_source" not in doc or "strategies" not in doc:
+                raise ValueError(f"{path}: not a bench --json document")
+            if mode in docs:
+                raise ValueError(f"{path}: a second {mode} run (give one per mode)")
+            docs[str(mode)] = doc
+    return docs
+
+
+def _bench_run(
+    args: argparse.Namespace, mode: str, out: TextIO, err: TextIO
+) -> dict[str, Any] | None:
+    """One bench run (a sweep with --sweep) in `mode`: prints its table and, for a sweep,
+    the frontier; returns its JSON document (None: nothing to replay)."""
+    from cachepilot_bench import ALL_STRATEGIES, run_bench
     from cachepilot_bench.console import ProgressReporter, write_bench_table
     from cachepilot_bench.report import summarize
 
-    config = BenchConfig(
-        provider=args.provider,
-        mode=args.mode,
-        chain=args.chain,
-        workers=args.workers,
-        encoding=args.encoding,
-        client_marks=args.client_marks,
-    )
-    if args.frontier and not args.sweep:
-        raise ValueError("--frontier draws a sweep: add --sweep")
+    config = _config(args, mode)
     names = args.strategies or list(ALL_STRATEGIES)
     if args.sweep:
+        from cachepilot_bench import variants
         from cachepilot_bench.registry import PEER_STRATEGIES
-        from cachepilot_bench.variants import sweep_names
 
         base = args.strategies or ["vanilla", *PEER_STRATEGIES]
-        names = list(dict.fromkeys(["vanilla", *base, *sweep_names()]))
-    sessions, traces = _load_sessions(args.traces)
-    if args.limit < 0:
-        raise ValueError("--limit must be >= 0 (0: every session)")
-    sessions = prepare_sessions(sessions, config)
-    if args.limit:
-        sessions = sessions[: args.limit]
+        grid = variants.sweep_names(variants.SWEEP_GRID)
+        names = list(dict.fromkeys(["vanilla", *base, *grid]))
+    sessions, traces = _sessions(args, config, err)
     if not sessions:
-        err.write("no sessions to replay (no trace found or every file was skipped)\n")
-        return 2
+        return None
     started = time.monotonic()
     with ProgressReporter(err, what=f"{len(sessions)} sessions") as progress:
         results = run_bench(sessions, names, config, progress=progress)
     wall = time.monotonic() - started
     doc = summarize(results, config, traces=traces, wall_seconds=wall)
     write_bench_table(doc, out)
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        out.write(f"wrote {args.json_path}\n")
     if args.sweep:
         from cachepilot_bench.frontier import format_frontier
 
@@ -165,17 +255,68 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.frontier:
         from cachepilot_bench.frontier import write_frontier_plot
 
+        path = Path(args.frontier)
+        if args.holdout:
+            path = path.with_name(f"{path.stem}-{mode}{path.suffix}")
         write_frontier_plot(
-            doc,
-            args.frontier,
-            title=f"cachepilot settings and peers · {config.provider} · {config.mode}",
+            doc, path, title=f"cachepilot settings and peers · {config.provider} · {mode}"
         )
-        out.write(f"wrote {args.frontier}\n")
+        out.write(f"wrote {path}\n")
     if args.plot:
         from cachepilot_bench.plot import write_plot
 
         write_plot(results, args.plot, title=f"cachepilot bench · {config.provider}")
         out.write(f"wrote {args.plot}\n")
+    return doc
+
+
+def _config(args: argparse.Namespace, mode: str) -> Any:
+    from cachepilot_bench import BenchConfig
+
+    return BenchConfig(
+        provider=args.provider,
+        mode=mode,  # type: ignore[arg-type]  # argparse choices
+        chain=args.chain,
+        workers=args.workers,
+        encoding=args.encoding,
+        client_marks=args.client_marks,
+    )
+
+
+def _sessions(args: argparse.Namespace, config: Any, err: TextIO) -> tuple[list[Any], int]:
+    """The sessions of the run as its mode wants them, `--limit` applied (empty: told)."""
+    from cachepilot_bench import prepare_sessions
+
+    if args.limit < 0:
+        raise ValueError("--limit must be >= 0 (0: every session)")
+    sessions, traces = _load_sessions(args.traces)
+    sessions = prepare_sessions(sessions, config)
+    if args.limit:
+        sessions = sessions[: args.limit]
+    if not sessions:
+        err.write("no sessions to replay (no trace found or every file was skipped)\n")
+    return sessions, traces
+
+
+def _cmd_losses(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from cachepilot_bench.console import ProgressReporter
+    from cachepilot_bench.losses import explain_sessions, format_losses, write_losses
+
+    if args.sweep or args.json_path or args.plot:
+        raise ValueError("--losses explains one setting: leave out --sweep, --json and --plot")
+    names = args.strategies or ["cachepilot"]
+    if len(names) != 1:
+        raise ValueError("--losses explains one setting: name at most one --strategy")
+    config = _config(args, args.mode or "isolated")
+    sessions, _ = _sessions(args, config, err)
+    if not sessions:
+        return 2
+    with ProgressReporter(err, what=f"{len(sessions)} sessions") as progress:
+        losses, needed = explain_sessions(sessions, names[0], config, progress=progress)
+    with open(args.losses, "w", encoding="utf-8") as handle:
+        count = write_losses(losses, handle)
+    out.write(format_losses(losses, needed, name=names[0]))
+    out.write(f"wrote {count} losses to {args.losses}\n")
     return 0
 
 

@@ -36,6 +36,7 @@ from cachepilot_bench.traces.session import Session, split_system
 __all__ = [
     "ROUND_TRIP_OUTPUT_TOKENS",
     "BenchConfig",
+    "CallObserver",
     "CallResult",
     "FactCheck",
     "SessionResult",
@@ -51,6 +52,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Mode = Literal["isolated", "continuous"]
+CallObserver = Callable[[int, PreparedCall, Sequence[Fact]], None]
+"""Called after each recorded call with the transcript index of the assistant message, the
+strategy's view and the facts needed there that the view does not show."""
 RECALL_MAX_CHARS = 20_000
 """Size cap of one recall answer (the recall tool's default `max_chars`)."""
 ROUND_TRIP_OUTPUT_TOKENS = 40
@@ -266,6 +270,8 @@ class FactCheck:
     lost_source: int | None
     """Transcript index of the tool output of the first fact not in the request (None when
     every fact is visible)."""
+    missed: tuple[Fact, ...] = ()
+    """The facts not in the request's text."""
 
 
 def check_facts(needed: Sequence[Fact], text: str, archive_text: str) -> FactCheck:
@@ -273,16 +279,19 @@ def check_facts(needed: Sequence[Fact], text: str, archive_text: str) -> FactChe
     empty when the strategy cannot recall)."""
     visible = recoverable = 0
     lost_source: int | None = None
+    missed: list[Fact] = []
     for fact in needed:
         if fact.text in text:
             visible += 1
             recoverable += 1
-        elif archive_text and fact.text in archive_text:
+            continue
+        missed.append(fact)
+        if archive_text and fact.text in archive_text:
             recoverable += 1
             lost_source = fact.source_index if lost_source is None else lost_source
         elif lost_source is None:
             lost_source = fact.source_index
-    return FactCheck(visible, recoverable, lost_source)
+    return FactCheck(visible, recoverable, lost_source, tuple(missed))
 
 
 def run_session(
@@ -294,8 +303,13 @@ def run_session(
     facts: FactIndex | None = None,
     hidden_prefix_tokens: int | None = None,
     peak_tokens: int | None = None,
+    observe: CallObserver | None = None,
 ) -> SessionResult:
-    """Replay one session through one strategy. Strategy errors end the replay, not the run."""
+    """Replay one session through one strategy. Strategy errors end the replay, not the run.
+
+    `observe` (optional) sees every call's view and the needed facts it does not show
+    (`cachepilot_bench.losses` explains them).
+    """
     counter = counter or get_counter(config.encoding)
     profile = get_profile(config.provider)
     system, body = split_system(session.messages)
@@ -405,6 +419,8 @@ def run_session(
             )
         )
         last_view = view
+        if observe is not None:
+            observe(index, view, list(check.missed))
         if check.lost_source is not None:
             request = round_trip(view, body[check.lost_source], strategy.can_recall, client_marks)
             usage = sim.submit(request, output_tokens=ROUND_TRIP_OUTPUT_TOKENS)

@@ -31,15 +31,16 @@ _VARIANT = re.compile(r"cachepilot\[([^\[\]]{0,400})\]")
 _MAX_SETTINGS = 12
 
 SWEEP_GRID: Mapping[str, Sequence[Any]] = {
-    "fold_protect_tokens": (2_000, 4_000, 10_000),
-    "fold_min_tokens": (6_000, 15_000),
-    "horizon": (0.5, 1.0),
-    "fold_summary_share": (0.0, 0.2, 0.4),
+    "fold_summary_share": (0.4, 0.5, 0.6),
+    "fold_summary_max_tokens": (6_400, 12_800),
+    "fold_facts_share": (0.5, 0.7),
 }
 """The knobs `--sweep` varies (every combination; the other settings keep their defaults,
-which are one point of the grid): how much recent history a fold keeps, the least a fold
-must remove, how long the cost model expects a session to go on, and how large a fold
-summary may grow with what it replaces."""
+which are one point of the grid): how large a fold summary may grow with what it replaces
+and at most, and how much of a zero-LLM summary goes to the exact values of the folded tool
+output. `docs/defaults.md` chose the defaults on this grid, leaving each trace source out in
+turn, and says why the fold's protected tail, its least size and the cost model's horizon
+are not in it any more."""
 
 
 def is_variant(name: str) -> bool:

@@ -33,6 +33,12 @@ GREP_TIME_LIMIT: Final = 1.0
 for as literal text instead (linear time)."""
 
 
+LONG_LINE_CHARS: Final = 2_000
+"""A matching line longer than this is shown around its first match, not from its start."""
+
+_WINDOW_BEFORE = 400
+_WINDOW_AFTER = 800
+
 _MAX_EXPANSION = 10_000  # `regex` unrolls counted repeats when compiling: a{4294967294} is GBs
 
 _REPEAT = re.compile(r"\{(\d*)(?:(,)(\d*))?\}")
@@ -122,9 +128,10 @@ def _count(digits: str, cap: int) -> int:
 
 def matching_lines(
     text: str, starts: list[int], rng: LineRange, matcher: Matcher
-) -> list[tuple[int, str]] | None:
-    """(number, line) of the lines of `rng` that match; None when the regex ran out of time."""
-    hits: list[tuple[int, str]] = []
+) -> list[tuple[int, str, int]] | None:
+    """(number, line, offset of the first match) of the lines of `rng` that match; None when
+    the regex ran out of time."""
+    hits: list[tuple[int, str, int]] = []
     compiled = matcher.pattern
     literal = matcher.literal
     deadline = time.monotonic() + GREP_TIME_LIMIT
@@ -132,19 +139,30 @@ def matching_lines(
         begin = starts[number - 1] + (rng.col - 1 if number == rng.start else 0)
         line = strip_eol(text[begin : starts[number]])
         if compiled is None:
-            found = literal in line
+            at = line.find(literal)
         else:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
             try:
                 # `concurrent`: the interpreter lock is released while matching.
-                found = compiled.search(line, timeout=left, concurrent=True) is not None
+                match = compiled.search(line, timeout=left, concurrent=True)
             except TimeoutError:
                 return None
-        if found:
-            hits.append((number, line))
+            at = -1 if match is None else match.start()
+        if at >= 0:
+            hits.append((number, line, at))
     return hits
+
+
+def _around(line: str, at: int) -> tuple[str, bool]:
+    """A long line cut to a window around offset `at` (and whether it was cut)."""
+    if len(line) <= LONG_LINE_CHARS:
+        return line, False
+    begin = max(at - _WINDOW_BEFORE, 0)
+    end = min(at + _WINDOW_AFTER, len(line))
+    head = f"[chars {begin + 1:,}-{end:,} of {len(line):,}] " + ("…" if begin else "")
+    return head + line[begin:end] + ("…" if end < len(line) else ""), True
 
 
 def grep_lines(  # noqa: PLR0917 - private helper, called in one place
@@ -170,7 +188,11 @@ def grep_lines(  # noqa: PLR0917 - private helper, called in one place
     entries: list[str] = []
     used = 0
     note: str | None = None
-    for number, line in hits:
+    windowed: int | None = None
+    for number, whole, at in hits:
+        line, cut = _around(whole, at)
+        if cut and windowed is None:
+            windowed = number
         entry = f"{number}: {line}\n"
         if used + len(entry) > budget:
             if not entries:  # a single huge matching line: show its start (number kept whole)
@@ -184,6 +206,11 @@ def grep_lines(  # noqa: PLR0917 - private helper, called in one place
         entries.append(entry)
         used += len(entry)
     shown = len(entries)
+    if windowed is not None and note is None:
+        note = (
+            f"Lines over {LONG_LINE_CHARS:,} characters are shown around their first match; "
+            f'recall(ref="{base.ref}", lines="{windowed}") returns line {windowed} whole.'
+        )
     truncated = shown < len(hits)
     last = hits[shown - 1][0] if truncated else rng.end
     return replace(

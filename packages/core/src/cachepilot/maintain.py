@@ -304,6 +304,7 @@ class Maintenance(PilotBase):
                 # Finished tasks are not in use any more: their summary stays small.
                 summary_share=0.0 if keep_from else self.config.maintenance.fold_summary_share,
                 summary_max_tokens=self.config.maintenance.fold_summary_max_tokens,
+                facts_share=self.config.maintenance.fold_facts_share,
                 keep_from=keep_from,
                 **args,
             )

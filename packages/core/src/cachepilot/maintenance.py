@@ -121,8 +121,13 @@ class MaintenanceConfig(BaseModel):
     values of a long stretch of work), within [`fold_summary_tokens`,
     `fold_summary_max_tokens`] and never less than the summary it replaces; 0 keeps every
     summary at `fold_summary_tokens`."""
-    fold_summary_max_tokens: int = 6_400
-    """Largest fold summary when `fold_summary_share` scales it."""
+    fold_summary_max_tokens: int = 12_800
+    """Largest fold summary when `fold_summary_share` scales it (chosen with
+    `fold_facts_share`, see docs/defaults.md)."""
+    fold_facts_share: float = 0.7
+    """Share of a zero-LLM fold summary (the resume block, the default summarizer) kept for
+    the facts in use: the exact values of the folded tool output; the session-memory block
+    gets the rest (chosen leaving each trace source out, see docs/defaults.md)."""
     fold_finished_tasks: bool = True
     """Fold the tasks the lifecycle marks evictable (a later user turn started the next task
     and none of their work is referenced any more) as soon as the cost model says it pays,
@@ -153,8 +158,10 @@ class MaintenanceConfig(BaseModel):
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
-        if not 0.0 <= self.fold_summary_share <= 0.5:
-            raise ValueError("fold_summary_share must be within [0, 0.5]")
+        if not 0.0 <= self.fold_summary_share <= 0.8:
+            raise ValueError("fold_summary_share must be within [0, 0.8]")
+        if not 0.0 <= self.fold_facts_share <= 0.9:
+            raise ValueError("fold_facts_share must be within [0, 0.9]")
         if not 1 <= self.fold_summary_tokens <= self.fold_summary_max_tokens:
             raise ValueError("need 1 <= fold_summary_tokens <= fold_summary_max_tokens")
         if not 0 <= self.stub_keeps_chars <= 400:

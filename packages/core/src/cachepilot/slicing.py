@@ -1,5 +1,10 @@
 """Slicing an archived original for recall: exact substrings of the text (a line range,
-or the grep's matching lines), capped by `max_chars`, with the hint that continues."""
+or the grep's matching lines), capped by `max_chars`, with the hint that continues.
+
+An original that is JSON carrying text (`cachepilot.decoded`) is sliced and grepped on its
+decoded text, the lines the size gate's preview numbered: a line range, a grep, or a recall
+too long for one answer read those lines (the header says so); a recall of the whole original
+that fits in `max_chars` returns it exactly as archived."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import re
 from dataclasses import replace
 
 from cachepilot.artifacts.base import Artifact
+from cachepilot.decoded import decoded_text
 from cachepilot.grep import MAX_GREP_CHARS, Matcher, compile_pattern, grep_lines
 from cachepilot.recall_args import LineRange, char_budget, line_starts, parse_range
 from cachepilot.recall_result import RecallResult, join_notes
@@ -23,6 +29,11 @@ _NOT_TEXT_RATIO = 0.05
 
 _NON_TEXT = re.compile("[\x00-\x08\x0e-\x1a\x7f\udc80-\udcff]")  # ESC is fine: ANSI logs
 
+DECODED_NOTE = (
+    "This output is JSON carrying text: lines are those of its decoded string values "
+    "(as its preview numbered them)."
+)
+
 
 def slice_artifact(
     artifact: Artifact,
@@ -32,9 +43,18 @@ def slice_artifact(
     max_chars_cap: int | None,
 ) -> RecallResult:
     text = artifact.text
+    budget, budget_note = char_budget(max_chars, max_chars_cap)
+    if artifact.is_text and (
+        (lines is not None and lines != "")
+        or (grep is not None and grep != "")
+        or len(text) > budget
+    ):
+        decoded = decoded_text(text)
+        if decoded is not None:
+            text = decoded
+            budget_note = join_notes(DECODED_NOTE, budget_note)
     starts = line_starts(text)
     total_lines = len(starts) - 1
-    budget, budget_note = char_budget(max_chars, max_chars_cap)
     base = RecallResult(
         ref=artifact.ref,
         found=True,

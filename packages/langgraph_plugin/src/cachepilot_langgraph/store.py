@@ -70,6 +70,7 @@ from cachepilot.artifacts.base import (
     DEFAULT_MAX_BYTES_PER_THREAD,
     DEFAULT_MAX_TOTAL_BYTES,
     DEFAULT_RETENTION_SECONDS,
+    REMOVED_BY_FORGET,
     REMOVED_BY_RETENTION,
     REMOVED_BY_SIZE,
     TOMBSTONE_SECONDS,
@@ -127,6 +128,9 @@ __all__ = [
     "LangGraphArtifactStore",
     "thread_label",
 ]
+
+_FORGOTTEN_KEY = "forgotten"
+"""Tombstone key (after the prefix) of a forgotten thread: never a ref (12 hex characters)."""
 
 logger = logging.getLogger(__name__)
 
@@ -252,6 +256,9 @@ class LangGraphArtifactStore(BaseArtifactStore):
     def _removed_reason(self, thread: str, ref: str) -> str | None:
         return self._run(self._flow_removed(thread, ref))
 
+    def _mark_forgotten(self, thread: str) -> None:
+        self._run(self._flow_mark_forgotten(thread))
+
     def prune(self, now: float | None = None) -> int:
         """Remove artifacts idle longer than the retention, then enforce the caps."""
         removed = self._run(self._flow_sweep(now_from(self._clock, now), None, retention=True))
@@ -309,6 +316,12 @@ class LangGraphArtifactStore(BaseArtifactStore):
     async def adelete_thread(self, thread: str) -> int:
         """Async `delete_thread`."""
         return await self._arun(self._flow_delete_all(check_thread(thread)))
+
+    async def aforget_thread(self, thread: str) -> int:
+        """Async `forget_thread`: the thread's items go, one tombstone says it was forgotten."""
+        count = await self._arun(self._flow_delete_all(check_thread(thread)))
+        await self._arun(self._flow_mark_forgotten(thread))
+        return count
 
     async def aprune(self, now: float | None = None) -> int:
         """Async `prune`."""
@@ -429,12 +442,17 @@ class LangGraphArtifactStore(BaseArtifactStore):
         return artifact_from(record.info, data)
 
     def _flow_removed(self, thread: str, ref: str) -> Flow[str | None]:
-        item = yield from get_item(self.namespace_of(thread), TOMBSTONE_PREFIX + ref)
-        value = None if item is None else item.value
-        if isinstance(value, Mapping) and value.get("format") == TOMBSTONE_FORMAT:
-            reason = value.get("reason")
-            return reason if isinstance(reason, str) else None
+        for key in (ref, _FORGOTTEN_KEY):
+            item = yield from get_item(self.namespace_of(thread), TOMBSTONE_PREFIX + key)
+            value = None if item is None else item.value
+            if isinstance(value, Mapping) and value.get("format") == TOMBSTONE_FORMAT:
+                reason = value.get("reason")
+                return reason if isinstance(reason, str) else None
         return None
+
+    def _flow_mark_forgotten(self, thread: str) -> Flow[None]:
+        value = {"format": TOMBSTONE_FORMAT, "reason": REMOVED_BY_FORGET, "at": self._clock()}
+        yield Put(self.namespace_of(thread), TOMBSTONE_PREFIX + _FORGOTTEN_KEY, value)
 
     def _flow_count_access(self, thread: str, ref: str, now: float) -> Flow[bool]:
         namespace = self.namespace_of(thread)

@@ -20,7 +20,7 @@ from cachepilot.fold.request import (
     summary_body,
     summary_budget,
 )
-from cachepilot.fold.resume import ResumeBlockSummarizer
+from cachepilot.fold.resume import DEFAULT_FACTS_SHARE, ResumeBlockSummarizer
 from cachepilot.fold.summary import Summarizer
 from cachepilot.messages import Message, message_keys
 from cachepilot.plan import Edit, Plan, PlanView, render_plan
@@ -161,9 +161,9 @@ def _json(message: Message) -> str:
     return json.dumps(message.to_dict(), ensure_ascii=False, separators=(",", ":"))
 
 
-def _fallback(request: FoldRequest, counter: TokenCounter) -> str:
+def _fallback(request: FoldRequest, counter: TokenCounter, facts_share: float) -> str:
     try:
-        return ResumeBlockSummarizer(counter=counter).summarize(request)
+        return ResumeBlockSummarizer(counter=counter, facts_share=facts_share).summarize(request)
     except Exception as exc:  # the header alone still names the archive
         logger.warning("fold: the resume block failed too (%s)", type(exc).__name__)
         return ""
@@ -209,6 +209,7 @@ def plan_fold(
     recall: bool = True,
     summary_share: float = 0.0,
     summary_max_tokens: int | None = None,
+    facts_share: float = DEFAULT_FACTS_SHARE,
 ) -> Edit | None:
     """Plan one fold of the view `render_plan(messages, plan, keys)`: archive, summarize, edit.
 
@@ -245,6 +246,8 @@ def plan_fold(
             new messages and an earlier summary), at least `summary_tokens` and never less
             than the earlier summary…
         summary_max_tokens: …and at most this (None: `summary_tokens` always).
+        facts_share: the zero-LLM resume block (no summarizer, or the fallback): share of the
+            summary kept for the facts in use.
 
     Returns:
         The fold edit to append in a new epoch, or None when there is nothing to fold.
@@ -282,7 +285,7 @@ def plan_fold(
         except Exception as exc:
             _warn_fallback(summarizer, exc)
     if not body:
-        body = _fallback(prepared.request, counter)
+        body = _fallback(prepared.request, counter, facts_share)
     return _finish(prepared, body)
 
 
@@ -307,6 +310,7 @@ async def aplan_fold(
     recall: bool = True,
     summary_share: float = 0.0,
     summary_max_tokens: int | None = None,
+    facts_share: float = DEFAULT_FACTS_SHARE,
 ) -> Edit | None:
     """Async `plan_fold` (the summarizer is awaited via `asummarize`)."""
     counter = counter or get_counter()
@@ -342,7 +346,7 @@ async def aplan_fold(
         except Exception as exc:
             _warn_fallback(summarizer, exc)
     if not body:
-        body = _fallback(prepared.request, counter)
+        body = _fallback(prepared.request, counter, facts_share)
     return _finish(prepared, body)
 
 

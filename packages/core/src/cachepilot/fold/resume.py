@@ -9,7 +9,10 @@ from cachepilot.fold.request import FoldMode, FoldRequest
 from cachepilot.memory import SessionMemory
 from cachepilot.tokens import TokenCounter, get_counter
 
-__all__ = ["ResumeBlockSummarizer"]
+__all__ = ["DEFAULT_FACTS_SHARE", "ResumeBlockSummarizer"]
+
+DEFAULT_FACTS_SHARE = 0.5
+"""Share of the budget kept for the facts-in-use section by default."""
 
 MAX_REBUILD_MESSAGES = 600
 """A range of more source messages is summarized differentially (the previous summary's
@@ -47,7 +50,7 @@ class ResumeBlockSummarizer:
         budget_tokens: int | None = None,
         counter: TokenCounter | None = None,
         *,
-        facts_share: float = 0.5,
+        facts_share: float = DEFAULT_FACTS_SHARE,
     ) -> None:
         if budget_tokens is not None and budget_tokens < 1:
             raise ValueError(f"budget_tokens must be >= 1, got {budget_tokens}")

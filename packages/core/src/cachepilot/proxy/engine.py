@@ -296,6 +296,8 @@ class ProxyEngine:
         """
         for _ in range(attempts):
             await self.threads.refresh(memory)
+            if memory.epochs_seen is None:  # what the stored state brought: not this request's
+                memory.epochs_seen = len(self.pilot.state(memory.name).plan.epochs)
             prepared = await asyncio.to_thread(self.pipeline.prepare, view, memory)
             if await self.threads.commit(memory):
                 return prepared
@@ -497,6 +499,9 @@ class ProxyEngine:
             seen = memory.recalls_seen
             served = 0 if seen is None else state.recalls - seen
             memory.recalls_seen = state.recalls
+            epochs = len(state.plan.epochs)
+            new_epoch = epochs > (memory.epochs_seen or 0)
+            memory.epochs_seen = epochs
             self.metrics.record(
                 call_metrics(
                     usage,
@@ -504,6 +509,7 @@ class ProxyEngine:
                     call=max(0, state.calls - 1),
                     provider=self.config.provider,
                     recalls=max(0, served),
+                    epoch=epochs - 1 if new_epoch else None,
                     model=str(model) if model else None,
                 )
             )

@@ -47,6 +47,8 @@ class ThreadMemory:
         self.requests = 0
         self.marks_refused = False
         """The upstream refused a request for its cache marks: add none from now on."""
+        self.epochs_seen: int | None = None
+        """The plan's epoch count at the thread's last recorded call in this process."""
         self.recalls_seen: int | None = None
         """The state's recall count at the thread's last recorded call in this process (a
         stored state brings recalls served before: they are not this process's)."""

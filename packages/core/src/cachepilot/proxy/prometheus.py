@@ -31,6 +31,7 @@ class _Totals:
     cost_usd: float = 0.0
     input_cost_usd: float = 0.0
     recalls: int = 0
+    epochs: int = 0
 
     def add(self, call: CallMetrics) -> None:
         self.calls += 1
@@ -41,6 +42,7 @@ class _Totals:
         self.cost_usd += call.cost_usd
         self.input_cost_usd += call.input_cost_usd
         self.recalls += call.recalls
+        self.epochs += call.epoch is not None
 
 
 # (name, type, help, value of a _Totals)
@@ -59,6 +61,11 @@ _FAMILIES: tuple[tuple[str, str, str, Callable[[_Totals], float]], ...] = (
      "Cost under the proxy's provider profile, in US dollars.", lambda t: t.cost_usd),
     ("cachepilot_proxy_input_cost_usd_total", "counter",
      "The prompt part of that cost, in US dollars.", lambda t: t.input_cost_usd),
+    ("cachepilot_proxy_recalls_total", "counter",
+     "Recall calls the proxy answered itself.", lambda t: t.recalls),
+    ("cachepilot_proxy_maintenance_epochs_total", "counter",
+     "Maintenance points (history rewrites the cost model paid for) in the requests sent.",
+     lambda t: t.epochs),
 )  # fmt: skip
 
 

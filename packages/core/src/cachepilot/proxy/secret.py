@@ -14,7 +14,7 @@ import json
 import logging
 import secrets
 
-from cachepilot.state_store import RESERVED_PREFIX, StateStore
+from cachepilot.state_store import RESERVED_PREFIX, StateStore, VersionedStateStore
 
 __all__ = ["RESERVED_PREFIX", "SECRET_THREAD", "Secret", "load_secret"]
 
@@ -69,9 +69,10 @@ class Secret:
 async def load_secret(store: StateStore | None) -> Secret:
     """The store's secret, created and saved on first use (a process-local one without a store).
 
-    Two processes starting on an empty store at once may both create one; each reads the
-    stored value back after saving, so they agree unless their saves interleave their reads.
-    A store that cannot be read or written gives a process-local secret and a warning.
+    On a versioned store the secret is created by compare-and-set, so processes starting on
+    an empty store at once agree; on another store each reads the stored value back after
+    saving, so they agree unless their saves interleave their reads. A store that cannot be
+    read or written gives a process-local secret and a warning.
     """
     if store is None:
         return Secret.generate()
@@ -79,7 +80,13 @@ async def load_secret(store: StateStore | None) -> Secret:
         saved = await store.load(SECRET_THREAD)
         if saved:
             return Secret.from_json(saved)
-        await store.save(SECRET_THREAD, Secret.generate().to_json())
+        made = Secret.generate()
+        if isinstance(store, VersionedStateStore):
+            # Created once: a process that loses the race reads the winner's secret.
+            if await store.save_if(SECRET_THREAD, made.to_json(), 0) is not None:
+                return made
+        else:
+            await store.save(SECRET_THREAD, made.to_json())
         saved = await store.load(SECRET_THREAD)
         if saved:
             return Secret.from_json(saved)

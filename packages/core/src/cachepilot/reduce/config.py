@@ -96,6 +96,9 @@ class ToolProfile(BaseModel):
     """Characters of the head preview kept by the size gate; `None`: the config's value."""
     tail_chars: int | None = None
     """Characters of the tail preview kept by the size gate; `None`: the config's value."""
+    salient_chars: int | None = None
+    """Characters the size gate's preview adds for the salient lines of the middle; `None`:
+    the config's value."""
     disabled: tuple[str, ...] | None = None
     """Pass names not run for this tool; `None`: the kind's defaults (`FILE_READ_VERBATIM` for
     file reads, nothing otherwise). `hard_cap` always runs."""
@@ -107,7 +110,7 @@ class ToolProfile(BaseModel):
             raise ValueError(f"limit must be at least 1000 characters, got {value}")
         return value
 
-    @field_validator("head_chars", "tail_chars")
+    @field_validator("head_chars", "tail_chars", "salient_chars")
     @classmethod
     def _preview_non_negative(cls, value: int | None) -> int | None:
         if value is not None and value < 0:
@@ -134,6 +137,7 @@ class ResolvedProfile:
     head_chars: int
     tail_chars: int
     disabled: frozenset[str]
+    salient_chars: int = 0
 
 
 class ReduceConfig(BaseModel):
@@ -161,6 +165,10 @@ class ReduceConfig(BaseModel):
     """Head preview the size gate keeps (cut back to a line boundary)."""
     tail_chars: int = 1_000
     """Tail preview the size gate keeps (cut forward to a line boundary)."""
+    salient_chars: int = 1_500
+    """Characters the size gate's preview adds, whatever the output's size, for the lines of
+    the omitted middle an agent acts on (errors and their context, run summaries, lines naming
+    the call's arguments) and the markers of the stretches left out; 0: head and tail only."""
     hard_cap: int = 200_000
     """No output is longer than this, not even a gate-open source or an exempt first read."""
     gate_threshold: int = 1
@@ -211,8 +219,8 @@ class ReduceConfig(BaseModel):
         for name, value in positive.items():
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
-        if self.head_chars < 0 or self.tail_chars < 0:
-            raise ValueError("head_chars and tail_chars must be >= 0")
+        if self.head_chars < 0 or self.tail_chars < 0 or self.salient_chars < 0:
+            raise ValueError("head_chars, tail_chars and salient_chars must be >= 0")
         if self.loop_flag_after < 2:
             raise ValueError(f"loop_flag_after must be >= 2, got {self.loop_flag_after}")
         if not self.loop_flag_after <= self.loop_stub_after <= _MAX_LOOP:
@@ -299,6 +307,11 @@ class ReduceConfig(BaseModel):
                 else self.tail_chars
             ),
             disabled=frozenset(disabled),
+            salient_chars=(
+                profile.salient_chars
+                if profile is not None and profile.salient_chars is not None
+                else self.salient_chars
+            ),
         )
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "loop_note",
     "loop_stub",
     "omitted_lines_marker",
+    "omitted_stretch_marker",
     "pointer",
     "recall_call",
     "reduced_stub",
@@ -87,6 +88,24 @@ def compressed_note(before: int, after: int, ref: str | None) -> str:
 def omitted_lines_marker(first: int, last: int, total: int) -> str:
     """Which lines of the original a head/tail preview leaves out (1-based, inclusive)."""
     return f"[… lines {first}-{last} of {total} omitted …]"
+
+
+def omitted_stretch_marker(
+    count: int, first: int, last: int, ref: str | None, *, numbered: bool = True
+) -> str:
+    """A stretch of lines a salient preview leaves out, with the recall call that returns it:
+    `[… 1,204 lines omitted (lines 31-1234); recall(ref="…", lines="31-1234") …]`.
+
+    Without `ref` no call is named; unless `numbered`, only the count is (the lines are not
+    those of the original)."""
+    what = f"{count:,} line{'' if count == 1 else 's'} omitted"
+    if not numbered:
+        return f"[… {what} …]"
+    span = f"{first}" if first == last else f"{first}-{last}"
+    where = f"line {span}" if first == last else f"lines {span}"
+    if ref is None:
+        return f"[… {what} ({where}) …]"
+    return f'[… {what} ({where}); recall(ref="{ref}", lines="{span}") …]'
 
 
 def duplicate_stub(call_id: str, ref: str | None) -> str:

@@ -1,12 +1,33 @@
-"""The size gate (per-tool limit) and the hard cap: head/tail previews at line boundaries."""
+"""The size gate (per-tool limit) and the hard cap.
+
+The gate's preview is salient (`reduce.preview`): head, tail and the middle lines an agent acts
+on, numbered like `recall` numbers them (of the decoded text for JSON carrying text). The hard
+cap keeps a plain head and tail: it cuts gate-open sources and exempt file reads, whose text
+the model asked for as it is.
+"""
 
 from __future__ import annotations
 
+import json
+
+from cachepilot.decoded import decoded_text
 from cachepilot.reduce.config import STUB_OVERHEAD
 from cachepilot.reduce.passes.base import ALL_KINDS, TEXT_KINDS, PassContext, ReductionPass
+from cachepilot.reduce.passes.html import looks_like_html
+from cachepilot.reduce.preview import salient_preview
+from cachepilot.reduce.salience import LineScorer, call_terms
 from cachepilot.reduce.stubs import omitted_lines_marker, reduced_stub, unarchived_stub
 
-__all__ = ["HardCapPass", "SizeGatePass", "head_tail_preview", "unarchived_preview"]
+_MIN_LINES = 8  # fewer line breaks than this: a head and a tail by characters
+_SCORED_SCANS = 4  # the salient preview scores outputs up to this many `max_scan_chars`
+
+__all__ = [
+    "HardCapPass",
+    "SizeGatePass",
+    "gate_preview",
+    "head_tail_preview",
+    "unarchived_preview",
+]
 
 
 def _cut_head(text: str, size: int) -> str:
@@ -77,8 +98,65 @@ def unarchived_preview(text: str, head_chars: int, tail_chars: int) -> str:
     return "\n".join((head, unarchived_stub(len(text), after), tail))
 
 
+def gate_preview(text: str, ctx: PassContext) -> str:
+    """The size gate's salient preview of `ctx.result` (see `reduce.preview`).
+
+    The lines are those of the original output (or of its decoded text, for JSON carrying
+    text), not of `text` as earlier passes left it, so the line numbers the markers name are
+    the ones `recall` serves; the cleanups those passes made (escape sequences, progress
+    lines) are redone line by line and the folds are redone by the preview's own choice. An
+    output that a pass rewrote as a whole (an HTML page as text, JSON re-serialised) is
+    previewed as rewritten, with markers that count lines but name no numbers. An output of a
+    few long lines gets a head and tail by characters, one longer than four times
+    `max_scan_chars` a numbered head and tail without scoring its lines. The extra budget
+    stays below the tool's limit, so the preview is always the shorter.
+    """
+    profile = ctx.profile
+    original = ctx.result.text
+    decoded = decoded_text(original)
+    numbered = True
+    if decoded is not None:
+        source = decoded
+    elif text is original or text == original:
+        source = original
+    elif ctx.result.kind == "json" or looks_like_html(original) or _is_json(original):
+        source, numbered = text, False
+    else:
+        source = original
+    if source.count("\n") < _MIN_LINES:
+        return head_tail_preview(
+            text, profile.head_chars, profile.tail_chars, ctx.shown_ref,
+            original_chars=len(original), line_numbers=text is original or text == original,
+        )  # fmt: skip
+    spare = profile.limit - profile.head_chars - profile.tail_chars - 2 * STUB_OVERHEAD
+    if len(source) > _SCORED_SCANS * ctx.config.max_scan_chars:
+        spare = 0  # too long to score every line: head and tail, still numbered
+    return salient_preview(
+        source,
+        profile.head_chars,
+        profile.tail_chars,
+        max(min(profile.salient_chars, spare), 0),
+        ctx.shown_ref,
+        original_chars=len(original),
+        scorer=LineScorer(call_terms(ctx.args)),
+        decoded=decoded is not None,
+        numbered=numbered,
+    )
+
+
+def _is_json(text: str) -> bool:
+    if text.lstrip()[:1] not in ("{", "["):
+        return False
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
 class SizeGatePass(ReductionPass):
-    """Output over the tool's limit: head + tail preview and a stub naming the ref.
+    """Output over the tool's limit: a salient preview (head, key middle lines, tail) and a
+    stub naming the ref.
 
     A file read is exempt on its first read of a path (same arguments); a re-read is gated.
     """
@@ -92,11 +170,7 @@ class SizeGatePass(ReductionPass):
         profile = ctx.profile
         if len(text) <= profile.limit or ctx.first_read:
             return None
-        return head_tail_preview(
-            text, profile.head_chars, profile.tail_chars, ctx.shown_ref,
-            original_chars=len(ctx.result.text),
-            line_numbers=text is ctx.result.text or text == ctx.result.text,
-        )  # fmt: skip
+        return gate_preview(text, ctx)
 
 
 class HardCapPass(ReductionPass):
