@@ -146,14 +146,17 @@ class TokenCounter:
     """Counts and encodes text and messages, memoising by content digest.
 
     Thread-safe. `max_cached_tokens` bounds the memory of the encode cache (ids kept as 32-bit
-    arrays); counts are kept separately and are tiny.
+    arrays, 4 bytes a token; only for texts asked to `encode`, i.e. rendered): the renderer
+    keeps its own bounded memo of rendered messages, so this cache serves texts that recur in
+    other messages and need not hold a whole process's history. Counts are kept separately
+    (bounded by entries) and are tiny.
     """
 
     def __init__(
         self,
         encoding: str | Encoding = DEFAULT_ENCODING,
         *,
-        max_cached_tokens: int = 50_000_000,
+        max_cached_tokens: int = 8_000_000,
     ) -> None:
         if max_cached_tokens < 0:
             raise ValueError("max_cached_tokens must be >= 0")
