@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
+
+from cachepilot.identity_memo import IdentityMemo
 
 __all__ = [
     "MISSING_RESULT",
@@ -90,7 +90,7 @@ class ToolCall:
         return value if isinstance(value, dict) else {}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Message:
     """One message of a transcript.
 
@@ -230,27 +230,19 @@ def _part_from_dict(data: Mapping[str, Any]) -> ContentPart:
     raise ValueError(f"unknown content part type {kind!r}")
 
 
-_HASH_MEMO: OrderedDict[int, tuple[Message, str]] = OrderedDict()
-_HASH_MEMO_MAX = 100_000
-_HASH_LOCK = threading.Lock()
+_HASH_MEMO: IdentityMemo[Message, str] = IdentityMemo(100_000)
 
 
 def content_hash(message: Message) -> str:
     """sha256 (hex, 16 chars) of the message's canonical JSON, ignoring its framework id.
 
     Memoised by object identity (messages are immutable), so rehashing a long transcript
-    on every call costs a lookup per message.
+    on every call costs a lookup per message; the memo does not keep the message alive.
     """
-    with _HASH_LOCK:
-        hit = _HASH_MEMO.get(id(message))
-        if hit is not None and hit[0] is message:
-            return hit[1]
-    digest = _content_hash(message)
-    with _HASH_LOCK:
-        _HASH_MEMO[id(message)] = (message, digest)
-        if len(_HASH_MEMO) > _HASH_MEMO_MAX:
-            _HASH_MEMO.popitem(last=False)
-    return digest
+    hit = _HASH_MEMO.get(message)
+    if hit is not None:
+        return hit
+    return _HASH_MEMO.put(message, _content_hash(message))
 
 
 def _content_hash(message: Message) -> str:

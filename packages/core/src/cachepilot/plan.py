@@ -37,6 +37,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from cachepilot.identity_memo import IdentityMemo
 from cachepilot.messages import Message, message_keys
 
 __all__ = [
@@ -125,24 +126,18 @@ class Plan(BaseModel):
         return [edit for epoch in self.epochs for edit in epoch.edits if edit.kind == "fold"]
 
 
-_EDIT_MEMO: OrderedDict[tuple[int, str, str], tuple[Message, Message]] = OrderedDict()
-_EDIT_MEMO_MAX = 50_000
+# Identity memo of edited copies: the original is held weakly, so a message nothing else
+# uses any more is not kept alive by its edits.
+_EDIT_MEMO: IdentityMemo[Message, Message] = IdentityMemo(50_000)
 _EDIT_LOCK = threading.Lock()
 
 
 def _edited(message: Message, edit: Edit) -> Message:
     """The edited message, the same object on every call (token and hash memos keep hitting)."""
-    memo_key = (id(message), edit.key, edit.text)
-    with _EDIT_LOCK:
-        hit = _EDIT_MEMO.get(memo_key)
-        if hit is not None and hit[0] is message:
-            return hit[1]
-    edited = replace(message, content=edit.text)
-    with _EDIT_LOCK:
-        _EDIT_MEMO[memo_key] = (message, edited)
-        if len(_EDIT_MEMO) > _EDIT_MEMO_MAX:
-            _EDIT_MEMO.popitem(last=False)
-    return edited
+    hit = _EDIT_MEMO.get(message, edit.key, edit.text)
+    if hit is not None:
+        return hit
+    return _EDIT_MEMO.put(message, replace(message, content=edit.text), edit.key, edit.text)
 
 
 def _with_arguments(message: Message, edits: dict[str, Edit]) -> Message:
@@ -153,21 +148,18 @@ def _with_arguments(message: Message, edits: dict[str, Edit]) -> Message:
     )
     if all(a is b for a, b in zip(calls, message.tool_calls, strict=True)):
         return message
-    memo_key = (id(message), "\x00args", "\x00".join(c.arguments for c in calls))
-    with _EDIT_LOCK:
-        hit = _EDIT_MEMO.get(memo_key)
-        if hit is not None and hit[0] is message:
-            return hit[1]
-    edited = replace(message, tool_calls=calls)
-    with _EDIT_LOCK:
-        _EDIT_MEMO[memo_key] = (message, edited)
-        if len(_EDIT_MEMO) > _EDIT_MEMO_MAX:
-            _EDIT_MEMO.popitem(last=False)
-    return edited
+    arguments = "\x00".join(c.arguments for c in calls)
+    hit = _EDIT_MEMO.get(message, "\x00args", arguments)
+    if hit is not None:
+        return hit
+    return _EDIT_MEMO.put(message, replace(message, tool_calls=calls), "\x00args", arguments)
 
 
 _FOLD_MEMO: OrderedDict[tuple[str, str, str, str | None], Message] = OrderedDict()
 _FOLD_MEMO_MAX = 10_000
+# Summaries are content-keyed (the memo holds their text): bounded by size as well.
+_FOLD_MEMO_MAX_CHARS = 16 * 2**20
+_fold_memo_chars = [0]  # a box: updated under _EDIT_LOCK
 
 
 def fold_message(edit: Edit) -> Message:
@@ -186,10 +178,22 @@ def fold_message(edit: Edit) -> Message:
     digest = hashlib.sha256(blob).hexdigest()[:16]
     message = Message(role="user", content=edit.text, id=f"{FOLD_ID_PREFIX}{digest}")
     with _EDIT_LOCK:
-        message = _FOLD_MEMO.setdefault(memo_key, message)
-        if len(_FOLD_MEMO) > _FOLD_MEMO_MAX:
-            _FOLD_MEMO.popitem(last=False)
+        known = _FOLD_MEMO.get(memo_key)
+        if known is not None:
+            return known
+        _FOLD_MEMO[memo_key] = message
+        _fold_memo_chars[0] += _fold_chars(memo_key)
+        while len(_FOLD_MEMO) > 1 and (
+            len(_FOLD_MEMO) > _FOLD_MEMO_MAX or _fold_memo_chars[0] > _FOLD_MEMO_MAX_CHARS
+        ):
+            dropped, _ = _FOLD_MEMO.popitem(last=False)
+            _fold_memo_chars[0] -= _fold_chars(dropped)
     return message
+
+
+def _fold_chars(memo_key: tuple[str, str, str, str | None]) -> int:
+    """Approximate size of one fold memo entry (the message shares the key's text)."""
+    return 200 + sum(len(part) for part in memo_key if part is not None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from cachepilot.identity_memo import IdentityMemo
 from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart
 
 __all__ = [
@@ -145,14 +146,17 @@ class TokenCounter:
     """Counts and encodes text and messages, memoising by content digest.
 
     Thread-safe. `max_cached_tokens` bounds the memory of the encode cache (ids kept as 32-bit
-    arrays); counts are kept separately and are tiny.
+    arrays, 4 bytes a token; only for texts asked to `encode`, i.e. rendered): the renderer
+    keeps its own bounded memo of rendered messages, so this cache serves texts that recur in
+    other messages and need not hold a whole process's history. Counts are kept separately
+    (bounded by entries) and are tiny.
     """
 
     def __init__(
         self,
         encoding: str | Encoding = DEFAULT_ENCODING,
         *,
-        max_cached_tokens: int = 50_000_000,
+        max_cached_tokens: int = 8_000_000,
     ) -> None:
         if max_cached_tokens < 0:
             raise ValueError("max_cached_tokens must be >= 0")
@@ -160,10 +164,12 @@ class TokenCounter:
         self.max_cached_tokens = max_cached_tokens
         self._ids: OrderedDict[bytes, array[int]] = OrderedDict()
         self._ids_size = 0
-        self._counts: dict[bytes, int] = {}
-        # Identity memo: the same Message object passed again costs one dict lookup. The
-        # entry keeps the message alive, so its id() cannot be reused while cached.
-        self._by_object: OrderedDict[int, tuple[Message, int]] = OrderedDict()
+        # Counts of texts seen (bounded); token ids are kept only for texts asked to `encode`:
+        # keeping them for every text counted would pin 4 bytes a token of everything served.
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
+        # Identity memo: the same Message object passed again costs one lookup. The memo holds
+        # the message weakly, so it does not keep transcripts alive.
+        self._by_object: IdentityMemo[Message, int] = IdentityMemo(_MAX_MEMO_ENTRIES)
         # Key memo: a message rebuilt from the framework each call keeps its key. The entry
         # holds a content signature too, because one key can carry other content (a view's
         # edited copy of a message, or the same framework id in another thread).
@@ -191,7 +197,7 @@ class TokenCounter:
                 return hit
         ids = array("I", self.encoding.encode_ordinary(_scrub(text)))
         with self._lock:
-            self._counts[key] = len(ids)
+            self._remember_count(key, len(ids))
             if self.max_cached_tokens and len(ids) <= self.max_cached_tokens:
                 self._ids[key] = ids
                 self._ids_size += len(ids)
@@ -207,9 +213,20 @@ class TokenCounter:
         key = self._digest(text)
         with self._lock:
             known = self._counts.get(key)
-        if known is not None:
-            return known
-        return len(self.encode(text))
+            if known is not None:
+                return known
+            ids = self._ids.get(key)
+        # A text not asked to `encode` is counted without keeping its ids.
+        total = len(ids) if ids is not None else len(self.encoding.encode_ordinary(_scrub(text)))
+        with self._lock:
+            self._remember_count(key, total)
+        return total
+
+    def _remember_count(self, key: bytes, total: int) -> None:
+        # Under the lock.
+        self._counts[key] = total
+        if len(self._counts) > _MAX_MEMO_ENTRIES:
+            self._counts.popitem(last=False)
 
     def count_message(self, message: Message, key: str | None = None) -> int:
         """Tokens one message adds to a chat request (content, tool calls, overhead).
@@ -225,14 +242,11 @@ class TokenCounter:
                 known = self._by_key.get(key)
                 if known is not None and known[0] == signature:
                     return known[1]
-            hit = self._by_object.get(id(message))
-            if hit is not None and hit[0] is message:
-                return hit[1]
-        total = self._count_message_uncached(message)
+        hit = self._by_object.get(message)
+        if hit is not None:
+            return hit
+        total = self._by_object.put(message, self._count_message_uncached(message))
         with self._lock:
-            self._by_object[id(message)] = (message, total)
-            if len(self._by_object) > _MAX_MEMO_ENTRIES:
-                self._by_object.popitem(last=False)
             if key is not None:
                 self._by_key[key] = (signature, total)
                 self._by_key.move_to_end(key)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +28,7 @@ from cachepilot.canonical.volatility import (
     merge_learned,
     text_digest,
 )
+from cachepilot.identity_memo import IdentityMemo
 from cachepilot.messages import ContentPart, Message, TextPart
 
 __all__ = [
@@ -107,8 +106,7 @@ class Canonicalizer:
         self.config = config or CanonicalConfig()
         self._tools_memo: tuple[tuple[str, ...], list[dict[str, Any]], str] | None = None
         self._described_memo: tuple[str, list[dict[str, Any]]] | None = None
-        self._rewrites: OrderedDict[int, tuple[Message, Message]] = OrderedDict()
-        self._rewrites_lock = threading.Lock()
+        self._rewrites: IdentityMemo[Message, Message] = IdentityMemo(_CACHE_ENTRIES)
 
     def apply(
         self,
@@ -151,16 +149,10 @@ class Canonicalizer:
         (the same object every call while the rewrite does not change)."""
         if rewritten is original:
             return original
-        with self._rewrites_lock:
-            hit = self._rewrites.get(id(original))
-            if hit is not None and hit[0] is original and hit[1] == rewritten:
-                self._rewrites.move_to_end(id(original))
-                return hit[1]
-            # The entry holds `original`, so its id() cannot be reused while it is cached.
-            self._rewrites[id(original)] = (original, rewritten)
-            while len(self._rewrites) > _CACHE_ENTRIES:
-                self._rewrites.popitem(last=False)
-        return rewritten
+        hit = self._rewrites.get(original)
+        if hit is not None and hit == rewritten:
+            return hit
+        return self._rewrites.put(original, rewritten)
 
     def _tools(self, tools: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], str]:
         """The tools to send, and their `tool_fingerprint` (memoised with them)."""

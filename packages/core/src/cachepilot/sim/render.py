@@ -27,7 +27,8 @@ from itertools import accumulate, compress, count
 from operator import attrgetter, is_, is_not
 from typing import Any, Literal, TypeAlias
 
-from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart
+from cachepilot.identity_memo import IdentityMemo
+from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart, content_hash
 from cachepilot.tokens import IMAGE_TOKENS, TokenCounter
 
 __all__ = [
@@ -53,6 +54,8 @@ _HIDDEN_BASE = 0xE000_0000
 _KEY = attrgetter("key")
 _N_TOKENS = attrgetter("n_tokens")
 _MAX_MEMO = 200_000
+_MAX_MEMO_BYTES = 64 * 2**20
+"""Approximate bytes each content-keyed render memo (messages, texts) may hold."""
 _MAX_HIDDEN = 64
 
 
@@ -190,34 +193,41 @@ class _Memo:
 
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
-        self.messages: OrderedDict[Message, Segment] = OrderedDict()
-        self.by_id: dict[int, tuple[Message, Segment]] = {}
+        # Content-keyed memos (messages by their content hash, texts by themselves) hold token
+        # ids: bounded by an approximate size in bytes as well as by entries. Keying messages
+        # by digest keeps the memo from pinning the messages themselves.
+        self.messages: OrderedDict[str, Segment] = OrderedDict()
+        self.by_id: IdentityMemo[Message, Segment] = IdentityMemo(_MAX_MEMO)
         self.last: _Last | None = None
         self.last_tools: tuple[Sequence[Mapping[str, Any]], list[Segment]] = ((), [])
         self.texts: OrderedDict[tuple[str, str], Segment] = OrderedDict()
+        self.sizes: dict[int, int] = {id(self.messages): 0, id(self.texts): 0}
         self.hidden: dict[int, Segment] = {}
         self.lock = threading.Lock()
 
     def _remember(self, table: OrderedDict[Any, Segment], key: Any, seg: Segment) -> Segment:
         with self.lock:
+            known = table.get(key)
+            if known is not None:
+                return known
             table[key] = seg
-            if len(table) > _MAX_MEMO:
-                table.popitem(last=False)
+            size = self.sizes[id(table)] + _entry_bytes(key, seg)
+            while len(table) > 1 and (len(table) > _MAX_MEMO or size > _MAX_MEMO_BYTES):
+                dropped, dropped_seg = table.popitem(last=False)
+                size -= _entry_bytes(dropped, dropped_seg)
+            self.sizes[id(table)] = size
         return seg
 
     def message(self, message: Message) -> Segment:
-        # Fast path by identity (the memo holds the message, so its id cannot be reused).
-        known = self.by_id.get(id(message))
-        if known is not None and known[0] is message:
-            return known[1]
-        seg = self.messages.get(message)
+        # Fast path by identity (held weakly: the memo does not keep the message alive).
+        known = self.by_id.get(message)
+        if known is not None:
+            return known
+        digest = content_hash(message)
+        seg = self.messages.get(digest)
         if seg is None:
-            seg = self._remember(self.messages, message, self._render(message))
-        with self.lock:
-            if len(self.by_id) >= _MAX_MEMO:
-                self.by_id.clear()
-            self.by_id[id(message)] = (message, seg)
-        return seg
+            seg = self._remember(self.messages, digest, self._render(message))
+        return self.by_id.put(message, seg)
 
     def tools(self, tools: Sequence[Mapping[str, Any]]) -> list[Segment]:
         """Segments of the tool schemas (reused when the same objects come again)."""
@@ -303,6 +313,12 @@ class _Memo:
                     self.hidden.clear()
                 self.hidden[n] = seg
         return seg
+
+
+def _entry_bytes(key: str | tuple[str, str], seg: Segment) -> int:
+    """Approximate bytes one content-keyed memo entry holds (its key and its token ids)."""
+    size = 200 + seg.tokens.itemsize * len(seg.tokens)
+    return size + (len(key) if isinstance(key, str) else len(key[1]))
 
 
 _MEMOS: weakref.WeakKeyDictionary[TokenCounter, _Memo] = weakref.WeakKeyDictionary()
