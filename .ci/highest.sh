@@ -19,20 +19,10 @@ fi
 SCRATCH="$(mktemp -d)"
 trap 'rm -rf "$SCRATCH"' EXIT
 
-# The dev tools the tests need, from the workspace's own dev group (linters and the docs site
-# left out; deepagents too: its own dependencies (google-genai's tenacity pin) do not install
-# beside the newest langchain-core, which is deepagents' to fix, and its tests skip without it).
+# The dev tools the tests need (the workspace's dev group; see .ci/dev_tools.py for what stays
+# out and why).
 DEV_TOOLS=()
-while IFS= read -r line; do DEV_TOOLS+=("$line"); done < <(
-    python3 - <<'PY'
-import tomllib
-
-with open("pyproject.toml", "rb") as f:
-    dev = tomllib.load(f)["dependency-groups"]["dev"]
-skip = ("ruff", "mypy", "mkdocs", "deepagents")
-print("\n".join(d for d in dev if not d.startswith(skip)))
-PY
-)
+while IFS= read -r line; do DEV_TOOLS+=("$line"); done < <(python3 .ci/dev_tools.py)
 
 # The packages whose new releases can break a plugin (printed, and named on a failure).
 WATCHED='^(pydantic|tiktoken|langchain|langchain-core|langchain-openai|langchain-anthropic|langgraph|langgraph-prebuilt|langgraph-checkpoint|langgraph-checkpoint-sqlite|langgraph-sdk|openai|openai-agents|anthropic|mcp|httpx|platformdirs|rich)=='

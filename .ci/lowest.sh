@@ -17,20 +17,10 @@ fi
 SCRATCH="$(mktemp -d)"
 trap 'rm -rf "$SCRATCH"' EXIT
 
-# The dev tools the tests need, from the workspace's own dev group (linters and the docs site
-# left out; deepagents too: it needs a newer langchain-core than the plugins' floors, and its
-# tests skip without it, the deepagents extra having floors of its own).
+# The dev tools the tests need (the workspace's dev group; see .ci/dev_tools.py for what stays
+# out and why).
 DEV_TOOLS=()
-while IFS= read -r line; do DEV_TOOLS+=("$line"); done < <(
-    python3 - <<'PY'
-import tomllib
-
-with open("pyproject.toml", "rb") as f:
-    dev = tomllib.load(f)["dependency-groups"]["dev"]
-skip = ("ruff", "mypy", "mkdocs", "deepagents")
-print("\n".join(d for d in dev if not d.startswith(skip)))
-PY
-)
+while IFS= read -r line; do DEV_TOOLS+=("$line"); done < <(python3 .ci/dev_tools.py)
 
 run_lowest() {
     local name="$1" tests="$2"
