@@ -29,7 +29,7 @@ TOOLS: list[dict[str, Any]] = [
             "name": "bash",
             "description": "Run a shell command.",
             "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
-        }
+        },
     }
 ]
 

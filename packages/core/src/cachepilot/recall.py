@@ -42,20 +42,22 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-# Sent with every request: kept short (about 120 tokens) and byte-stable.
+# Sent with every request, so kept to its least (89 tokens as canonical JSON) and byte-stable:
+# every shortened output names its own recall call and every long answer its continuation, so
+# the schema only has to say what the arguments are.
 RECALL_TOOL_DESCRIPTION: Final = (
-    'Get the full original of a shortened tool output by the ref it shows (recall(ref="...")). '
-    "Long results end with a hint: call again with those arguments to read on."
+    "Read the original of a shortened tool output by its ref; "
+    'lines ("120-180") or grep (regex) select part.'
 )
 
 
 RECALL_TOOL_PARAMETERS: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
-        "ref": {"type": "string", "description": "12 hex characters"},
-        "lines": {"type": "string", "description": 'Optional 1-based range, e.g. "120-180"'},
-        "grep": {"type": "string", "description": "Optional regex: only matching lines"},
-        "max_chars": {"type": "integer", "default": DEFAULT_MAX_CHARS, "minimum": 1},
+        "ref": {"type": "string"},
+        "lines": {"type": "string"},
+        "grep": {"type": "string"},
+        "max_chars": {"type": "integer"},
     },
     "required": ["ref"],
     "additionalProperties": False,
