@@ -18,6 +18,7 @@ from cachepilot.artifacts import (
     InMemoryArtifactStore,
     SQLiteArtifactStore,
 )
+from cachepilot.canonical import canonical_json
 from cachepilot.recall import (
     DEFAULT_MAX_CHARS,
     RECALL_TOOL_NAME,
@@ -26,6 +27,7 @@ from cachepilot.recall import (
     arecall,
     recall,
 )
+from cachepilot.tokens import get_counter
 
 _TOKENS = ["\n", "\r", "\r\n", "\x0b", "\x1c", "\x85", "\u2028", "\ud800", "\x00", "  "]
 awkward_text = st.lists(
@@ -492,8 +494,9 @@ def test_tool_schema_shape_and_stability() -> None:
     assert params["required"] == ["ref"]
     assert set(params["properties"]) == {"ref", "lines", "grep", "max_chars"}
     assert params["properties"]["max_chars"]["type"] == "integer"
-    assert params["properties"]["max_chars"]["default"] == 20_000
     assert "shortened" in function["description"]
+    # Sent with every request: kept small (the outputs name their own recall calls).
+    assert get_counter("o200k_base").count(canonical_json(RECALL_TOOL_SCHEMA)) <= 100
     dumped = json.dumps(RECALL_TOOL_SCHEMA, sort_keys=True)
     assert json.loads(dumped) == RECALL_TOOL_SCHEMA
     # nothing volatile in the cached prefix (no hex ids, dates, paths)
