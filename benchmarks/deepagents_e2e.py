@@ -19,7 +19,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from cachepilot import Config
 from cachepilot_bench.demo_workload import build_demo_session
 from cachepilot_bench.frameworks.deepagents_replay import VARIANTS, replay_deep_session
 from cachepilot_bench.frameworks.langgraph_replay import replay_session
@@ -44,14 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-calls", type=int, default=120)
     parser.add_argument("--provider", default="openai-gpt-5.4-mini")
     parser.add_argument("--json", dest="json_path")
-    parser.add_argument(
-        "--recall-offer",
-        choices=("first_call", "when_it_pays"),
-        default="first_call",
-        help="Config.recall_offer of every pilot (default: first_call, the default config)",
-    )
     args = parser.parse_args(argv)
-    config = Config(provider=args.provider, recall_offer=args.recall_offer)
     logging.basicConfig(level=logging.ERROR)
     if args.traces:
         sessions = _pick(load_paths(args.traces), args.per_source, args.max_calls)
@@ -66,18 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     failed: dict[str, str] = {}
     for session in sessions:
         for with_cp in (False, True):
-            plain = replay_session(
-                session, with_cachepilot=with_cp, provider_profile=args.provider, config=config
-            )
+            plain = replay_session(session, with_cachepilot=with_cp, provider_profile=args.provider)
             column = "agent_cachepilot" if with_cp else "agent_vanilla"
             key = (session.id, column)
             cost[key], calls[key] = plain.input_cost_usd, plain.calls
             if plain.error or plain.unserved_turns:
                 failed[session.id] = f"{column}: {plain.error or 'turns unserved'}"
         for variant in VARIANTS:
-            deep = replay_deep_session(
-                session, variant, provider_profile=args.provider, config=config
-            )
+            deep = replay_deep_session(session, variant, provider_profile=args.provider)
             key = (session.id, variant)
             cost[key] = deep.input_cost_usd + deep.summary_input_usd
             chars[key], calls[key] = deep.request_chars, deep.calls

@@ -37,8 +37,6 @@ from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import BaseModel
 
-from cachepilot import Config
-from cachepilot.refs import make_ref
 from cachepilot_agents import CachePilotAgents, PilotModel, prompt_cache_key_for
 
 FILE_LINES = 80
@@ -54,14 +52,10 @@ def read_file(path: str) -> str:
     return file_text(path)
 
 
-def run_tests_log(pattern: str) -> str:
-    return "\n".join(f"test_{pattern}_{i} ... ok ({i * 37 % 1000} ms)" for i in range(6_000))
-
-
 @function_tool
 def run_tests(pattern: str) -> str:
     """Run the test suite (very long log)."""
-    return run_tests_log(pattern)
+    return "\n".join(f"test_{pattern}_{i} ... ok ({i * 37 % 1000} ms)" for i in range(6_000))
 
 
 def reasoning(ident: str, text: str) -> ResponseReasoningItem:
@@ -632,40 +626,3 @@ def test_bad_arguments_fail_fast(make_pilot: Any) -> None:
         cp.run_config(thread="")
     with pytest.raises(ValueError):
         cp.session(object())  # type: ignore[arg-type]
-
-
-LOG_REF = make_ref(run_tests_log("unit").encode())
-
-
-def test_recall_joins_the_model_tools_once_a_reduction_pays(make_pilot: Any) -> None:
-    # `Config(recall_offer="when_it_pays")`: small file reads carry no recall schema; the
-    # long test log is reduced and recall is offered from the next call on, then answered.
-    model = ScriptedModel(
-        [
-            [function_call("read_file", {"path": "/src/a.py"}, call_id="r1")],
-            [function_call("read_file", {"path": "/src/b.py"}, call_id="r2")],
-            [function_call("run_tests", {"pattern": "unit"}, call_id="t1")],
-            [function_call("recall", {"ref": LOG_REF, "grep": "test_unit_4321 "}, call_id="q")],
-            [assistant_message("Tests pass.")],
-        ]
-    )
-    cp = CachePilotAgents(make_pilot(Config(recall_offer="when_it_pays")))
-    agent = cp.wrap(Agent(name="coder", tools=[read_file, run_tests], model=model))
-
-    async def main() -> Any:
-        return await Runner.run(agent, "check the tests", run_config=cp.run_config())
-
-    result = asyncio.run(main())
-    assert result.final_output == "Tests pass."
-    names = [[getattr(t, "name", None) for t in call.tools] for call in model.calls]
-    assert names == [
-        ["read_file", "run_tests"],
-        ["read_file", "run_tests"],
-        ["read_file", "run_tests"],
-        ["read_file", "run_tests", "recall"],
-        ["read_file", "run_tests", "recall"],
-    ]
-    assert f'recall(ref=\\"{LOG_REF}' in dumps(model.calls[3].input)
-    answer = dumps(model.calls[4].input)
-    assert "test_unit_4321 ... ok" in answer  # the recall was answered from the archive
-    assert all(getattr(i, "name", None) != "recall" for i in result.new_items)

@@ -439,7 +439,7 @@ def _clock_prompt(moment: datetime) -> str:
 
 
 def test_recall_tool_present_from_first_call_and_tools_stable() -> None:
-    pilot = _memory_pilot(Config(recall_offer="first_call"))
+    pilot = _memory_pilot()
     start = datetime(2026, 1, 30, 23, 58, 1, tzinfo=UTC)
     seen: set[str] = set()
     for n, transcript in enumerate(_growing_transcript(6)):

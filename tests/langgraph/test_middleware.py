@@ -315,33 +315,3 @@ def test_metrics_reach_the_sinks(scripted) -> None:
     assert len(sink.calls) == 5
     assert [c.call for c in sink.calls] == [1, 2, 3, 4, 5]
     assert sink.calls[-1].cached_tokens > 0 and sink.calls[-1].thread == "mx"
-
-
-def test_recall_joins_the_tool_list_once_when_a_reduction_pays(scripted) -> None:
-    # `Config(recall_offer="when_it_pays")`: notes are small (nothing to recall, no schema);
-    # the first long build log is reduced, and `recall` is bound from the next call on.
-    pilot = CachePilot(Config(recall_offer="when_it_pays"), store=InMemoryArtifactStore())
-
-    def respond(messages: list[BaseMessage], i: int) -> AIMessage:
-        if i < 3:
-            return tool_call("read_note", {"name": f"n{i}"}, i)
-        if i == 3:
-            return tool_call("run_command", {"command": "make all"}, i)
-        if i == 4:
-            found = REF.search(str(last_tool(messages).content))  # type: ignore[union-attr]
-            assert found, "the shortened output names its ref"
-            return tool_call("recall", {"ref": found.group(1), "lines": "1-2"}, i)
-        return AIMessage(content="done")
-
-    model = scripted(respond)
-    agent = _agent(model, pilot)
-    config = {"configurable": {"thread_id": "t"}}
-    out = agent.invoke({"messages": [HumanMessage("build it")]}, config)
-    assert out["messages"][-1].content == "done"
-    names = [[t["function"]["name"] for t in r["tools"]] for r in model.requests]
-    assert ["recall" in n for n in names] == [False, False, False, False, True, True]
-    assert all(n == names[4] for n in names[4:])
-    recalled = model.requests[5]["messages"][-1]
-    assert recalled["role"] == "tool"
-    assert command_log("make all").splitlines()[0] in recalled["content"]
-    assert agent.get_state(config).values["cachepilot"]["recall_offered"] is True

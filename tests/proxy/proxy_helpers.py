@@ -11,10 +11,9 @@ from typing import Any
 
 import uvicorn
 
-from cachepilot import CachePilot
+from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.proxy import ProxyConfig, ProxyEngine, create_app
-from cachepilot.proxy.engine import proxy_pilot_config
 from cachepilot.state_store import MemoryStateStore, StateStore
 
 
@@ -44,9 +43,7 @@ def running_proxy(
 ) -> Iterator[RunningProxy]:
     """Serve a proxy for `upstream` until the block ends."""
     config = ProxyConfig(upstream=upstream, port=0, **settings)
-    pilot = pilot or CachePilot(
-        proxy_pilot_config(config.provider, config.recall_offer), store=InMemoryArtifactStore()
-    )
+    pilot = pilot or CachePilot(Config(provider=config.provider), store=InMemoryArtifactStore())
     engine = ProxyEngine(config, pilot=pilot, state_store=state_store or MemoryStateStore())
     server = uvicorn.Server(
         uvicorn.Config(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cachepilot.canonical import CanonicalConfig
@@ -25,12 +23,7 @@ class Config(BaseModel):
     reduce: bool = True
     """Reduce tool outputs at ingestion (originals archived, recallable)."""
     recall_tool: bool = True
-    """Let the model call `recall` (when `recall_offer` says so)."""
-    recall_offer: Literal["first_call", "when_it_pays"] = "first_call"
-    """When the `recall` tool joins a thread's tool list. `"when_it_pays"`: with the first
-    result whose reduction saves more than the one prefix break the new tool causes (or the
-    first maintenance point that pays for it), then on every call; a thread with nothing to
-    recall never carries its schema. `"first_call"`: from the first model call on."""
+    """Offer the `recall` tool from the first model call on."""
     canonical: CanonicalConfig = Field(default_factory=CanonicalConfig)
     """Canonicalizer settings."""
     reduction: ReduceConfig = Field(default_factory=ReduceConfig)

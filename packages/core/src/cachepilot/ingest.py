@@ -12,15 +12,12 @@ from typing import TYPE_CHECKING, Any
 from cachepilot.events import LoopEvent
 from cachepilot.messages import ImagePart, Message
 from cachepilot.pilot_base import PilotBase, check_pilot_thread
-from cachepilot.recall_offer import approx_tokens, reduction_pays
 from cachepilot.reduce import Reduction, ToolResult, coerce_args, normalize_output, source_key
 from cachepilot.reduce.images import image_replacement
 from cachepilot.reduce.memory import canonical_args
 from cachepilot.reduce.passes.size import unarchived_preview
 from cachepilot.reduce.stubs import invalid_utf8_note, pointer, recall_call
 from cachepilot.refs import make_ref
-from cachepilot.sim import get_profile
-from cachepilot.tokens import get_counter
 from cachepilot.views import view_key, views_meta
 
 if TYPE_CHECKING:
@@ -90,7 +87,6 @@ class Ingestion(PilotBase):
                 return IngestReport(result.text, None, original_chars)
             # Binary or invalid UTF-8: the text is a lossy decoding, so archive the original
             # and tell the model where it is.
-            self._recall_joins(thread, result.text, result.text, whole=False)
             ref = make_ref(result.original)
             shown = ref if self.config.recall_tool else None
             return self._archive(
@@ -190,8 +186,6 @@ class Ingestion(PilotBase):
             if result.exact and len(text) + len(note) + 1 >= len(result.text):
                 return IngestReport(result.text, None, original_chars)
             text = f"{text}\n{note}"
-        if not self._recall_joins(thread, result.text, text, whole=result.exact):
-            return IngestReport(result.text, None, original_chars)
         report = self._archive(
             thread,
             result,
@@ -211,43 +205,6 @@ class Ingestion(PilotBase):
             )
             return IngestReport(result.text, None, original_chars)
         return report
-
-    def _recall_joins(self, thread: str, original: str, text: str, *, whole: bool = True) -> bool:
-        """Whether a lossy reduction of a result may be shown (`original` → `text`): always
-        once `recall` is offered; else when the cost model says the reduction pays for the
-        prefix break of offering it, or when the result has no whole text to show (`whole`
-        False: binary, invalid UTF-8). The thread then offers `recall` from this call on."""
-        state = self.state(thread)
-        cfg = self.config
-        if not cfg.recall_tool or cfg.recall_offer != "when_it_pays" or state.recall_offered:
-            return True
-        if whole and state.calls > 0:
-            counter = get_counter(cfg.encoding)
-            removed = approx_tokens(counter, original) - counter.count(text)
-            estimate = reduction_pays(
-                removed_tokens=removed,
-                context_tokens=state.context_tokens,
-                recall_tokens=self._tools_tokens([self._recall_tool], counter),
-                calls=state.calls,
-                price=get_profile(cfg.provider).price,
-                config=cfg.maintenance,
-                forgone_usd=state.recall_forgone_usd,
-            )
-            if not estimate.pays:
-                with self._lock:
-                    state.recall_forgone_usd += estimate.saving_usd
-                    state.revision += 1
-                logger.debug(
-                    "thread %s: a result kept whole (its reduction would not pay for the "
-                    "prefix break of offering recall yet)",
-                    thread,
-                )
-                return False
-        with self._lock:
-            if not state.recall_offered:
-                state.recall_offered = True
-                state.revision += 1
-        return True
 
     def _archive(
         self,
@@ -446,7 +403,6 @@ class Ingestion(PilotBase):
             replacement = image_replacement(part, self.config.reduction.image_max_bytes)
             ref = ""
             if replacement is not None:
-                self._recall_joins(thread, "", "", whole=False)
                 try:  # the original first: nothing may be lost
                     original = self.store.put(
                         thread, part.url, meta={"kind": "image", "reason": "image over the limit"}

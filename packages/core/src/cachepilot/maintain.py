@@ -65,9 +65,7 @@ class Maintenance(PilotBase):
         check_request(system, messages, tools)
         state = self.state(thread)
         with self._lock:
-            allowed = self.config.recall_tool if recall is None else bool(recall)
-            offered = self._recall_now(state, allowed)
-            in_tools = self._offered_tools(tools, allowed, offered)
+            in_tools = self._with_recall(tools, recall)
             # A scratch copy: the real frozen values change only with an epoch.
             scratch = state.canonical.model_copy(deep=True)
             refreshed, _ = self._schedule(
@@ -79,8 +77,7 @@ class Maintenance(PilotBase):
                 request=self._canonical(system, messages, in_tools, scratch),
                 keys=self._trackers.setdefault(thread, KeyTracker()).keys(messages),
                 clock=time.time() if now is None else now,
-                recall=allowed,
-                pending_recall=allowed and not offered,
+                recall=self.config.recall_tool if recall is None else bool(recall),
             )
             appended = refreshed is not None
             state.revision += 1  # decisions and the lifecycle change even without an epoch
@@ -98,13 +95,8 @@ class Maintenance(PilotBase):
         keys: Sequence[str],
         clock: float,
         recall: bool,
-        pending_recall: bool = False,
     ) -> tuple[tuple[str | None, list[Message], list[dict[str, Any]]] | None, PlanView | None]:
         """Ask the scheduler about `request` (canonical).
-
-        `pending_recall`: `recall` is allowed but not yet in the tool list: an epoch adds it
-        (the thread offers it from now on), so the cost model counts the whole request as
-        re-missed.
 
         Returns:
             (None, the view of `request` under the plan, when the scheduler rendered one) when
@@ -123,15 +115,11 @@ class Maintenance(PilotBase):
             tools=out_tools,
             idle=idle,
             recall=recall,
-            pending_recall=pending_recall,
         )
         if not appended:
             return None, rendered
-        if pending_recall:
-            state.recall_offered = True
-            in_tools = self._with_recall(in_tools, True)
         if not self.config.canonicalize:
-            return (system, canon_messages, in_tools) if pending_recall else request, None
+            return request, None
         # Frozen volatile values refresh at maintenance points only.
         return self._canonicalizer.apply(
             raw_system, messages, in_tools, state.canonical, maintenance=True
@@ -149,7 +137,6 @@ class Maintenance(PilotBase):
         tools: Sequence[Mapping[str, Any]],
         idle: float | None,
         recall: bool,
-        pending_recall: bool = False,
     ) -> tuple[bool, PlanView | None]:
         """Ask the scheduler whether this call is a maintenance point; append the epoch if so.
 
@@ -187,7 +174,6 @@ class Maintenance(PilotBase):
             )
             context = view_tokens + counter.count(system or "")
             context += self._tools_tokens(tools, counter)
-            whole = context if pending_recall else None
             window = cfg.context_window or profile.context_window
             decision, chosen = decide(
                 call=state.calls,
@@ -202,7 +188,6 @@ class Maintenance(PilotBase):
                 context_window=window,
                 stub_tokens=lambda c: _stub_tokens(c, cfg.stub_keeps_chars if recall else 0),
                 sizes=sizes,
-                whole_remiss=whole,
             )
             prune_decision = decision
             edits: list[Edit] = []
@@ -212,22 +197,12 @@ class Maintenance(PilotBase):
             fold_reason = None
             keep_from: str | None = None
             task_fold = (
-                self._finished_task_fold(
-                    state, rendered, counter, profile.price, sizes, cold=cold, whole_remiss=whole
-                )
+                self._finished_task_fold(state, rendered, counter, profile.price, sizes, cold=cold)
                 if cfg.fold and cfg.fold_finished_tasks
                 else None
             )
             cost_fold = (
-                fold_estimate(
-                    view,
-                    counter,
-                    cfg,
-                    profile.price,
-                    state.calls,
-                    sizes=sizes,
-                    whole_remiss=whole,
-                )
+                fold_estimate(view, counter, cfg, profile.price, state.calls, sizes=sizes)
                 if cfg.fold and cfg.fold_by_cost and not edits and task_fold is None
                 else None
             )
@@ -395,7 +370,6 @@ class Maintenance(PilotBase):
         sizes: Sequence[int],
         *,
         cold: bool = False,
-        whole_remiss: int | None = None,
     ) -> tuple[str, FoldEstimate, int] | None:
         """A fold of the leading finished tasks, when the cost model says it pays (or, on a
         cold cache, whenever it removes tokens: the rewrite is free then): (key of the first
@@ -425,7 +399,6 @@ class Maintenance(PilotBase):
             config=cfg,
             price=price,
             expected_calls=_expected_task_calls(registry, cfg.horizon),
-            whole_remiss=whole_remiss,
         )
         pays = estimate.pays or (cold and estimate.removed_tokens > 0)
         return (keep_from, estimate, cut - start) if pays else None

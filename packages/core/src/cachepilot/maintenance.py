@@ -477,14 +477,13 @@ def _estimate(
     rate: Rates,
     *,
     scaled: bool = True,
-    whole_remiss: int | None = None,
 ) -> FoldEstimate:
     folded = sum(sizes[start:cut])
     share = config.fold_summary_share if scaled else 0.0
     removed = folded - summary_budget(
         folded, config.fold_summary_tokens, share, config.fold_summary_max_tokens
     )
-    remiss = (sum(sizes[start:]) if whole_remiss is None else whole_remiss) - removed
+    remiss = sum(sizes[start:]) - removed
     pays = removed > 0 and removed * rate.saving_per_token > remiss * rate.remiss_per_token
     return FoldEstimate(pays, removed, remiss, rate)
 
@@ -497,14 +496,11 @@ def fold_estimate(
     call: int,
     *,
     sizes: Sequence[int] | None = None,
-    whole_remiss: int | None = None,
 ) -> FoldEstimate | None:
     """The cost model on folding everything between the task statement and the protected
     tail; None when that range would remove fewer than `fold_min_tokens`.
 
     `sizes`: `counter.count_message` of each view message, when the caller keeps them.
-    `whole_remiss`: the tokens re-missed whatever the range (the fold also changes the tool
-    list: the whole request is re-missed), when so.
     """
     sizes = _all_sizes(view, counter, sizes)
     first_user = next((i for i, m in enumerate(view) if m.role == "user"), None)
@@ -515,9 +511,7 @@ def fold_estimate(
     while cut > first_user + 1 and tail < config.fold_protect_tokens:
         cut -= 1
         tail += sizes[cut]
-    estimate = _estimate(
-        sizes, first_user + 1, cut, config, rates(config, price, call), whole_remiss=whole_remiss
-    )
+    estimate = _estimate(sizes, first_user + 1, cut, config, rates(config, price, call))
     return None if estimate.removed_tokens < config.fold_min_tokens else estimate
 
 
@@ -544,19 +538,12 @@ def task_fold_estimate(
     config: MaintenanceConfig,
     price: Price,
     expected_calls: int,
-    whole_remiss: int | None = None,
 ) -> FoldEstimate:
     """The cost model on folding view messages `[start, cut)` (finished tasks) into one
     summary, over `expected_calls` remaining calls (`sizes`: tokens per view message).
     Finished work is not in use: its summary keeps the least size, `fold_summary_tokens`."""
     return _estimate(
-        sizes,
-        start,
-        cut,
-        config,
-        rates(config, price, 0, expected_calls),
-        scaled=False,
-        whole_remiss=whole_remiss,
+        sizes, start, cut, config, rates(config, price, 0, expected_calls), scaled=False
     )
 
 
@@ -574,13 +561,10 @@ def decide(
     context_window: int,
     stub_tokens: Callable[[Candidate], int],
     sizes: Sequence[int] | None = None,
-    whole_remiss: int | None = None,
 ) -> tuple[Decision, list[Candidate]]:
     """Decide whether this call is a maintenance point, and which candidates to apply.
 
     `sizes`: `counter.count_message` of each of `messages`, when the caller keeps them.
-    `whole_remiss`: the tokens re-missed whatever the edits (they also change the tool list),
-    when so.
 
     Returns:
         The decision record and the candidates to turn into edits (empty when not applying).
@@ -604,7 +588,7 @@ def decide(
     if not config.enabled or not totals.edits or totals.first_index is None:
         return record, []
     all_sizes = _all_sizes(messages, counter, sizes)
-    remiss = sum(all_sizes[totals.first_index :]) if whole_remiss is None else whole_remiss
+    remiss = sum(all_sizes[totals.first_index :])
     rate = rates(config, price, call)
     cost_usd = remiss * rate.remiss_per_token
     saving_usd = totals.removed * rate.saving_per_token
@@ -640,7 +624,6 @@ def decide(
         sizes=all_sizes,
         saving_per_token=rate.saving_per_token,
         remiss_per_token=rate.remiss_per_token,
-        whole_remiss=whole_remiss,
     )
     if best is None:
         return record.model_copy(update={"reason": "saving does not pay for the re-miss"}), []
@@ -668,7 +651,6 @@ def _best_cut(
     saving_per_token: float,
     remiss_per_token: float,
     sizes: Sequence[int] | None = None,
-    whole_remiss: int | None = None,
 ) -> tuple[list[Candidate], int, int, float, float] | None:
     """Among "every candidate from the j-th on", the set with the largest positive net saving.
 
@@ -692,12 +674,11 @@ def _best_cut(
             raise IndexError(f"candidate index {index} outside the {len(sizes)} messages")
         remiss += sum(sizes[index:at])
         at = index
-        missed = remiss if whole_remiss is None else whole_remiss
         saving = removed * saving_per_token
-        cost = missed * remiss_per_token
+        cost = remiss * remiss_per_token
         if saving - cost > best_net:
             best_net = saving - cost
-            best = (ordered[j:], removed, missed, saving, cost)
+            best = (ordered[j:], removed, remiss, saving, cost)
     return best
 
 

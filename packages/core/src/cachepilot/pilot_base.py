@@ -270,43 +270,6 @@ class PilotBase:
             out.append(self._recall_tool)
         return out
 
-    def _offered_tools(
-        self, tools: Sequence[Mapping[str, Any]], allowed: bool, offered: bool
-    ) -> list[dict[str, Any]]:
-        """Shallow copies of `tools` for a call: with the recall tool when it is `offered`;
-        without one the integrator put there while it is `allowed` but not yet offered; as
-        they are otherwise (a host's own tool of that name)."""
-        if offered:
-            return self._with_recall(tools, True)
-        return [dict(t) for t in tools if not allowed or schema_name(t) != RECALL_TOOL_NAME]
-
-    def _recall_now(self, state: PilotState, allowed: bool) -> bool:
-        """Whether this call's tool list carries `recall` (call under the lock). Once it
-        does, it always does: the list changes at most once per thread."""
-        if not allowed:
-            return False
-        if state.recall_offered:
-            return True
-        if self.config.recall_offer == "first_call" or state.plan.epochs:
-            state.recall_offered = True
-            state.revision += 1
-        return state.recall_offered
-
-    def offer_recall(self, thread: str = "default") -> None:
-        """Offer `recall` on `thread` from its next call on (for an integrator that shows the
-        model a ref itself, e.g. a view of a file a host moved aside)."""
-        check_pilot_thread(thread)
-        state = self.state(thread)
-        with self._lock:
-            if not state.recall_offered:
-                state.recall_offered = True
-                state.revision += 1
-
-    def recall_offered(self, thread: str = "default") -> bool:
-        """True once `thread`'s tool list carries `recall` (see `Config.recall_offer`)."""
-        check_pilot_thread(thread)
-        return self.state(thread).recall_offered
-
     def _pairing_issues(
         self, cache: ViewCache, view: Sequence[Message], thread: str
     ) -> tuple[list[PairingIssue], list[tuple[int, Message]]]:

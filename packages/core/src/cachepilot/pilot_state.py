@@ -3,9 +3,7 @@ persistence (graph state, session store)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from cachepilot.breakpoints import CacheAnchors
 from cachepilot.canonical import CanonicalState
@@ -17,7 +15,7 @@ from cachepilot.reduce import IngestMemory
 __all__ = ["PilotState"]
 
 
-_STATE_VERSION = 2
+_STATE_VERSION = 1
 
 
 class PilotState(BaseModel):
@@ -52,26 +50,7 @@ class PilotState(BaseModel):
     model whole when under the size limit, else as a head/tail preview with the middle lost."""
     anchors: CacheAnchors = Field(default_factory=CacheAnchors)
     """Stable cache anchors for explicit-breakpoint providers (see `cache_breakpoints`)."""
-    recall_offered: bool = False
-    """The `recall` tool is in this thread's tool list (it stays from the call it joined on,
-    so the list changes at most once)."""
-    context_tokens: int = 0
-    """Tokens of the last prepared request while `recall` is not offered (what its joining
-    would re-miss)."""
-    recall_forgone_usd: float = 0.0
-    """What the results kept whole while `recall` was not offered would have saved (the
-    ingestion gate offers it once this covers the prefix break)."""
     revision: int = 0
     """Bumped by every change (ingest, prepare, recall, usage): of two copies of a thread's
     state, the one with the higher revision is the newer (plugins merge parallel updates by
     it)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _offered_before_version_2(cls, data: Any) -> Any:
-        # Before version 2 the recall tool was offered from the first call: a thread saved
-        # then keeps it, so its tool list does not change on the upgrade.
-        if isinstance(data, dict) and "version" in data and int(data["version"]) < 2:
-            offered = data.get("recall_offered", int(data.get("calls", 0) or 0) > 0)
-            data = {**data, "recall_offered": offered, "version": _STATE_VERSION}
-        return data

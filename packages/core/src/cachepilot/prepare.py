@@ -47,10 +47,8 @@ class Preparation(Maintenance):
         messages are returned as the same objects, and the returned tool dicts are shared
         between calls: treat them as read-only. With `maintain=False` the scheduler is not
         asked (a graph whose maintenance node already called `maintain` for this call).
-        `recall` says whether the recall tool may be offered (default: `Config.recall_tool`);
-        `Config.recall_offer` says from which call on it is (a recall tool already in `tools`
-        is left out before then). A plugin keeps `recall` the same for the whole thread, so
-        the tool list changes at most once, when `recall` joins it.
+        `recall` says whether the recall tool is offered (default: `Config.recall_tool`); a
+        plugin keeps it the same for the whole thread, so the tool list never changes.
         """
         check_pilot_thread(thread)
         check_request(system, messages, tools)
@@ -59,10 +57,9 @@ class Preparation(Maintenance):
             self._compressor.note_history(thread, messages)  # context for later compressions
         with self._lock:
             # The recall tool joins before canonicalization: it is ordered and key-sorted like
-            # every other tool, and stays in the tool set from the call it joins on.
+            # every other tool, and part of the tool set from the first call on.
+            in_tools = self._with_recall(tools, recall)
             offer = self.config.recall_tool if recall is None else bool(recall)
-            offered = self._recall_now(state, offer)
-            in_tools = self._offered_tools(tools, offer, offered)
             request = self._canonical(system, messages, in_tools, state.canonical)
             keys = self._trackers.setdefault(thread, KeyTracker()).keys(messages)
             cache = self._views.setdefault(thread, ViewCache())
@@ -79,7 +76,6 @@ class Preparation(Maintenance):
                     keys=keys,
                     clock=clock,
                     recall=offer,
-                    pending_recall=offer and not offered,
                 )
                 request = refreshed or request
             system, canon_messages, out_tools = request
@@ -89,14 +85,6 @@ class Preparation(Maintenance):
             issues, missing = self._pairing_issues(cache, view, thread)
             if missing:
                 view = _with_missing(cache, rendered, missing)
-            if offer and not state.recall_offered:
-                # What a later offer of recall would re-miss (the ingestion gate weighs it).
-                counter = get_counter(self.config.encoding)
-                state.context_tokens = (
-                    cache.sizes(rendered.messages, counter)[1]
-                    + counter.count(system or "")
-                    + self._tools_tokens(out_tools, counter)
-                )
             fingerprint = self._fingerprint(out_tools)
             changed = state.tools_fingerprint is not None and fingerprint != state.tools_fingerprint
             if changed and not self.config.canonicalize:  # the canonicalizer logs it otherwise

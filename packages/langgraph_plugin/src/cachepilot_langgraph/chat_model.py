@@ -52,7 +52,6 @@ from cachepilot import CachePilot
 from cachepilot.canonical import tool_name
 from cachepilot.fold import is_context_length_error
 from cachepilot.messages import Message
-from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.usage import Usage
 from cachepilot_langgraph._framework_private import identifying_params, llm_type
 from cachepilot_langgraph._shared import (
@@ -210,9 +209,7 @@ class CachePilotChatModel(BaseChatModel):
             head, lc_view = marked.system, marked.messages
         call.messages = ([head] if head is not None else []) + lc_view
         names = [tool_name(t) for t in out_tools]
-        # `recall` is bound once the pilot offers it on this thread (`Config.recall_offer`).
-        offered = self._recall is not None and RECALL_TOOL_NAME in names
-        candidates: list[Any] = [*tools, *([self._recall] if offered else [])]
+        candidates: list[Any] = [*tools, *([self._recall] if self._recall is not None else [])]
         bound = ordered(candidates, names)
         if bound:
             call.runnable = self.model.bind_tools(bound, **options)

@@ -251,11 +251,9 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
                 None if out_system is None else SystemMessage(content=out_system)
             )
         names = [tool_name(t) for t in out_tools]
-        # `recall` is in the list once the pilot offers it on this thread (see
-        # `Config.recall_offer`), never before.
         tools = (
             request.tools
-            if recall and RECALL_TOOL_NAME in names
+            if recall
             else [t for t in request.tools if tool_name_of(t) != RECALL_TOOL_NAME]
         )
         overrides["tools"] = ordered(tools, names)

@@ -275,10 +275,9 @@ class PilotModel(Model):
     def _offered(self, call: PreparedCall | None, tools: list[Tool]) -> list[Tool] | None:
         """The tools offered with recall, or None when this call does not offer it.
 
-        Offered to a model that has function tools (their results are what gets reduced)
-        once the pilot offers it on the thread (`Config.recall_offer`: its tool list changes
-        at most once); to any other model once its view names a ref (a handoff target
-        reading reduced history).
+        Offered from the first call to a model that has function tools (their results are
+        what gets reduced), so its tool list never changes mid-thread; to any other model
+        once its view names a ref (a handoff target reading reduced history).
         """
         if call is None or not call.recall:
             return None

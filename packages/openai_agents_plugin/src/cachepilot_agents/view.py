@@ -25,9 +25,7 @@ from agents.handoffs import Handoff, handoff
 from agents.run_config import ModelInputData
 
 from cachepilot import CachePilot
-from cachepilot.canonical import tool_name
 from cachepilot.messages import Message
-from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot_agents._context import PreparedCall
 from cachepilot_agents.exchanges import ExchangeBook, anchor_of
 from cachepilot_agents.items import Transcript, TranscriptBuilder
@@ -186,14 +184,12 @@ async def build_view(
         await pilot.areduce_results(transcript.messages, thread, recall=recall),
     )
     refs = recall and (refs or _names_a_ref(transcript.messages, reduced))
-    if refs:
-        pilot.offer_recall(thread)  # the view names a ref: the model must be able to follow it
     tools = owner.tool_schemas(agent)
     # Refs may be named where the model will be offered recall: from the first call of a model
     # with function tools (a maintenance point of this very call included), else once named.
     named = refs or bool(pilot.state(thread).plan.epochs)
     function_tools = any(isinstance(t, FunctionTool) for t in agent.tools)
-    system, view, out_tools = await pilot.aprepare(
+    system, view, _ = await pilot.aprepare(
         model_data.instructions,
         reduced,
         tools,
@@ -201,9 +197,6 @@ async def build_view(
         now=now(),
         recall=recall and (function_tools or named),
     )
-    # The model is offered `recall` once the pilot offers it on this thread
-    # (`Config.recall_offer`): the tool list changes at most once.
-    offered = recall and any(tool_name(t) == RECALL_TOOL_NAME for t in out_tools)
     plan = pilot.state(thread).plan
     out = transcript.render(view, plan)
     await owner.save_state(thread)
@@ -216,8 +209,8 @@ async def build_view(
     call = PreparedCall(
         owner=id(owner),
         thread=thread,
-        recall=offered,
-        refs=offered and (refs or bool(plan.epochs)),
+        recall=recall,
+        refs=recall and (refs or bool(plan.epochs)),
         instructions=system,
         last_item=out[-1] if out else None,
         anchor=anchor_of(plain),

@@ -80,13 +80,6 @@ def add_proxy_parser(sub: Any) -> None:
         "--no-recall", action="store_true", help="offer no recall tool (and reduce nothing)"
     )
     p.add_argument(
-        "--recall-offer",
-        choices=("first_call", "when_it_pays"),
-        default="first_call",
-        help="when a thread's requests start carrying recall: from the first call (default), "
-        "or once a reduction pays for the one prefix break adding it causes",
-    )
-    p.add_argument(
         "--timeout", type=float, default=600.0, help="upstream timeout in seconds (default 600)"
     )
     p.add_argument(
@@ -142,7 +135,6 @@ def cmd_proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         thread_header=args.thread_header,
         key_scope=not args.no_key_scope,
         recall=not args.no_recall,
-        recall_offer=args.recall_offer,
         timeout=args.timeout,
         metrics=not args.no_metrics,
         metrics_per_thread=args.metrics_per_thread,

@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 from urllib.parse import urlsplit
 
 from cachepilot.proxy.stores import is_url
@@ -46,8 +45,6 @@ class ProxyConfig:
         key_scope: prefix every thread with a digest of the request's API key, so two keys
             never share a thread (nor its archive).
         recall: offer the `recall` tool (and reduce tool results) to clients that send tools.
-        recall_offer: from which call a thread's requests carry `recall`
-            (`Config.recall_offer`: `"first_call"` or `"when_it_pays"`).
         timeout: seconds to wait for the upstream (connect, each read, each write).
         max_recall_rounds: recall round trips answered per client request.
         metrics: serve `GET /metrics` (Prometheus text format: totals, no thread names).
@@ -70,7 +67,6 @@ class ProxyConfig:
     thread_header: str = DEFAULT_THREAD_HEADER
     key_scope: bool = True
     recall: bool = True
-    recall_offer: Literal["first_call", "when_it_pays"] = "first_call"
     timeout: float = 600.0
     max_recall_rounds: int = 3
     metrics: bool = True
@@ -99,8 +95,6 @@ class ProxyConfig:
         object.__setattr__(self, "thread_header", name)
         if not self.timeout > 0:
             raise ValueError("--timeout must be > 0 seconds")
-        if self.recall_offer not in ("first_call", "when_it_pays"):
-            raise ValueError("--recall-offer must be first_call or when_it_pays")
         if not 0 <= self.max_recall_rounds <= 16:
             raise ValueError("max_recall_rounds must be in 0..16")
         if self.store is not None:

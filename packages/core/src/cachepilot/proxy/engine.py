@@ -17,7 +17,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
@@ -146,9 +146,7 @@ def _without_marks(
     return unmarked
 
 
-def proxy_pilot_config(
-    provider: str, recall_offer: Literal["first_call", "when_it_pays"] = "first_call"
-) -> Config:
+def proxy_pilot_config(provider: str) -> Config:
     """The config of the proxy's default pilot for `provider`: the library's settings.
 
     The proxy folds as the library does (least fold 6,000 tokens). Replaying the recorded
@@ -157,7 +155,7 @@ def proxy_pilot_config(
     (docs/proxy-vs-bench.md); on the sources held out of that replay the bench prices
     6,000-token folds cheaper than 15,000-token ones.
     """
-    return Config(provider=provider, recall_offer=recall_offer)
+    return Config(provider=provider)
 
 
 class ProxyEngine:
@@ -182,9 +180,7 @@ class ProxyEngine:
         self.config = config
         artifacts, states = open_stores(config.store) if config.store is not None else (None, None)
         if pilot is None:
-            pilot = CachePilot(
-                proxy_pilot_config(config.provider, config.recall_offer), store=artifacts
-            )
+            pilot = CachePilot(proxy_pilot_config(config.provider), store=artifacts)
         if state_store is None:
             state_store = states
         self.pilot = pilot

@@ -113,11 +113,7 @@ class Pipeline:
         inputs = memory.intern(view.messages)
         reduced = self.pilot.reduce_results(inputs, thread, recall=offer)
         if view.stateful:
-            offered = offer and (
-                self.pilot.config.recall_offer == "first_call" or self.pilot.recall_offered(thread)
-            )
-            system, messages = view.system, reduced
-            out_tools = tools if offered else client_tools
+            system, messages, out_tools = view.system, reduced, tools
         else:
             system, messages, out_tools = self.pilot.prepare(
                 view.system, reduced, tools, thread, now=self.config.clock(), recall=offer
