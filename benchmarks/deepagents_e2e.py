@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     summaries: dict[tuple[str, str], int] = {}
     summary_usd: dict[tuple[str, str], float] = {}
     failed: dict[str, str] = {}
+    outcomes: dict[tuple[str, str], str] = {}
     for session in sessions:
         for with_cp in (False, True):
             plain = replay_session(session, with_cachepilot=with_cp, provider_profile=args.provider)
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             cost[key] = deep.input_cost_usd + deep.summary_input_usd
             chars[key], calls[key] = deep.request_chars, deep.calls
             summaries[key], summary_usd[key] = deep.summaries, deep.summary_input_usd
+            outcomes[key] = deep.outcome
             if deep.error or deep.unserved_turns:
                 failed[session.id] = f"{variant}: {deep.error or 'turns unserved'}"
     seconds = time.perf_counter() - started
@@ -101,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         "Costs are input cost in USD (deepagents' summarization calls included); chars are "
         "the request bodies' characters relative to deepagents alone."
     )
+    for variant in ("plain", "recipe"):
+        same = sum(outcomes[(s.id, variant)] == outcomes[(s.id, "alone")] for s in ok)
+        print(
+            f"{variant}: the same final messages and files as deepagents alone in {same} of "
+            f"{len(ok)} sessions"
+        )
     for session_id, reason in failed.items():
         print(f"  skipped {session_id}: {reason}")
     if args.json_path:
@@ -109,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
             "sessions": [s.id for s in ok],
             "by_source": {k: dict(v) for k, v in rows.items()},
             "total": dict(total),
+            "same_outcome": {
+                variant: sum(outcomes[(s.id, variant)] == outcomes[(s.id, "alone")] for s in ok)
+                for variant in ("plain", "recipe")
+            },
         }
         Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -18,9 +18,10 @@ text, uncached, at the provider's input price) under `summary_input_usd`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,7 +59,7 @@ from cachepilot_langgraph.deepagents import (
 )
 from cachepilot_langgraph.middleware import CachePilotMiddleware
 
-__all__ = ["VARIANTS", "DeepAgentReplay", "Variant", "replay_deep_session"]
+__all__ = ["VARIANTS", "DeepAgentReplay", "Variant", "outcome_digest", "replay_deep_session"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,9 @@ class DeepAgentReplay(AgentReplay):
     summary_input_usd: float = 0.0
     final_messages: int = 0
     files: int = 0
+    outcome: str = ""
+    """Digest of the final messages (type, content, tool calls, call ids) and files: equal
+    digests mean the run returned the same conversation and files."""
 
 
 class _Summarizer:
@@ -202,6 +206,27 @@ def replay_deep_session(
     result.summary_input_usd = summarizer.usd
     result.final_messages = len(state.get("messages") or [])
     result.files = len(state.get("files") or {})
+    result.outcome = outcome_digest(state)
     if pilot is not None:
         result.epochs = len(pilot.state("replay").plan.epochs)
     return result
+
+
+def outcome_digest(state: Mapping[str, Any]) -> str:
+    """A digest of what a run returned: each final message's type, content, tool calls and
+    call id (not the ids the framework draws at random), and the files with their content."""
+    messages = [
+        (
+            type(m).__name__,
+            m.content,
+            [(c.get("name"), c.get("args"), c.get("id")) for c in getattr(m, "tool_calls", [])],
+            getattr(m, "tool_call_id", None),
+        )
+        for m in state.get("messages") or []
+    ]
+    files = {
+        path: data.get("content") if isinstance(data, Mapping) else data
+        for path, data in sorted((state.get("files") or {}).items())
+    }
+    payload = json.dumps([messages, files], sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
