@@ -10,9 +10,15 @@ tables of docs/deepagents.md.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
+
+if importlib.util.find_spec("deepagents") is None:
+    sys.exit(
+        "deepagents_scenarios.py needs deepagents: pip install 'cachepilot-langgraph[deepagents]'"
+    )
 
 # The scenarios are the test file's own (one scripted model, one set of tools), so the figures
 # describe exactly what the tests assert on.

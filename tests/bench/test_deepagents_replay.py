@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("deepagents")
 
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from cachepilot_bench.demo_workload import build_demo_session
 from cachepilot_bench.frameworks.deepagents_replay import (
@@ -59,19 +59,37 @@ def test_a_real_trace_replays_through_a_deep_agent() -> None:
 
 
 def test_the_outcome_digest_sees_content_tool_calls_and_files_not_random_ids() -> None:
-    def state(answer: str, file: str, msg_id: str) -> dict[str, object]:
-        call = {"name": "ls", "args": {"path": "/"}, "id": "c1"}
+    def state(
+        answer: str = "done",
+        file: str = "x",
+        msg_id: str = "id1",
+        args: dict[str, str] | None = None,
+        call_id: str = "c1",
+        status: str = "success",
+        todos: list[dict[str, str]] | None = None,
+        last: type[AIMessage] | type[HumanMessage] = AIMessage,
+    ) -> dict[str, object]:
+        call = {"name": "ls", "args": args or {"path": "/"}, "id": call_id}
         return {
             "messages": [
                 HumanMessage("go", id=msg_id),
                 AIMessage("", tool_calls=[call], id=msg_id + "a"),
-                AIMessage(answer, id=msg_id + "b"),
+                ToolMessage("a b", tool_call_id=call_id, status=status, id=msg_id + "t"),
+                last(answer, id=msg_id + "b"),
             ],
             "files": {"/notes.md": {"content": file, "created_at": msg_id}},
+            "todos": todos or [{"content": "fix", "status": "in_progress"}],
         }
 
-    base = outcome_digest(state("done", "x", "id1"))
-    assert outcome_digest(state("done", "x", "id2")) == base  # ids and timestamps differ
-    assert outcome_digest(state("done!", "x", "id1")) != base
-    assert outcome_digest(state("done", "y", "id1")) != base
-    assert outcome_digest(state("done", "x", "id1")) == base
+    base = outcome_digest(state())
+    assert outcome_digest(state(msg_id="id2")) == base  # ids and timestamps differ only
+    changed = [
+        state(answer="done!"),
+        state(file="y"),
+        state(args={"path": "/src"}),
+        state(call_id="c2"),
+        state(status="error"),
+        state(todos=[{"content": "fix", "status": "completed"}]),
+        state(last=HumanMessage),
+    ]
+    assert all(outcome_digest(s) != base for s in changed)

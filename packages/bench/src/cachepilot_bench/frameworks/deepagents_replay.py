@@ -213,14 +213,20 @@ def replay_deep_session(
 
 
 def outcome_digest(state: Mapping[str, Any]) -> str:
-    """A digest of what a run returned: each final message's type, content, tool calls and
-    call id (not the ids the framework draws at random), and the files with their content."""
+    """A digest of what a run returned: each final message's type, content, tool calls (valid
+    and invalid), call id and status, the files with their content, and the todos; not the ids
+    and timestamps the framework draws at random."""
     messages = [
         (
             type(m).__name__,
             m.content,
             [(c.get("name"), c.get("args"), c.get("id")) for c in getattr(m, "tool_calls", [])],
+            [
+                (c.get("name"), c.get("args"), c.get("id"), c.get("error"))
+                for c in getattr(m, "invalid_tool_calls", [])
+            ],
             getattr(m, "tool_call_id", None),
+            getattr(m, "status", None),
         )
         for m in state.get("messages") or []
     ]
@@ -228,5 +234,5 @@ def outcome_digest(state: Mapping[str, Any]) -> str:
         path: data.get("content") if isinstance(data, Mapping) else data
         for path, data in sorted((state.get("files") or {}).items())
     }
-    payload = json.dumps([messages, files], sort_keys=True, default=str)
+    payload = json.dumps([messages, files, state.get("todos")], sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
