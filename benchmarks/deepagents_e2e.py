@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     for variant in ("plain", "recipe"):
         same = sum(outcomes[(s.id, variant)] == outcomes[(s.id, "alone")] for s in ok)
         print(
-            f"{variant}: the same final messages and files as deepagents alone in {same} of "
+            f"{variant}: the same final messages, files and todos as deepagents alone in {same} of "
             f"{len(ok)} sessions"
         )
     for session_id, reason in failed.items():

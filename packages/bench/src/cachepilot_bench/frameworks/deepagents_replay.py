@@ -82,8 +82,8 @@ class DeepAgentReplay(AgentReplay):
     final_messages: int = 0
     files: int = 0
     outcome: str = ""
-    """Digest of the final messages (type, content, tool calls, call ids) and files: equal
-    digests mean the run returned the same conversation and files."""
+    """`outcome_digest` of the final state: equal digests mean the run returned the same
+    messages, files and todos."""
 
 
 class _Summarizer:
