@@ -186,21 +186,8 @@ def replay_deep_session(
             result.error = f"{type(exc).__name__}: {exc}"
         records = provider.records
         result.unserved_turns = provider.remaining
-    profile = get_profile(provider_profile)
-    for record in records:
-        if record.turn is None:
-            result.extra_requests += 1
-            continue
-        cost = profile.cost(record.usage)
-        result.calls += 1
-        result.input_tokens += record.usage.input_tokens
-        result.cached_tokens += record.usage.cached_tokens
-        result.input_cost_usd += cost.input_usd
-        result.cost_usd += cost.input_usd + cost.output_usd
-        result.per_call_input_usd.append(cost.input_usd)
-        result.request_chars += len(json.dumps(record.body))
-        if record.index > 0 and not record.prefix_extends:
-            result.prefix_breaks += 1
+    result.add_records(records, provider_profile)
+    result.request_chars = sum(len(json.dumps(r.body)) for r in records if r.turn is not None)
     result.summaries = summarizer.calls
     result.summary_input_tokens = summarizer.tokens
     result.summary_input_usd = summarizer.usd

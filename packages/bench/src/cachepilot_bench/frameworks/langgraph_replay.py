@@ -30,7 +30,7 @@ from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.sim import get_profile
 from cachepilot.tokens import get_counter
 from cachepilot_bench.calibrate import estimate_hidden_prefix
-from cachepilot_bench.replay import ReplayProvider, ReplayScript
+from cachepilot_bench.replay import ReplayProvider, ReplayRecord, ReplayScript
 from cachepilot_bench.traces import Session
 from cachepilot_langgraph.middleware import CachePilotMiddleware
 
@@ -73,6 +73,25 @@ class AgentReplay:
     def hit_rate(self) -> float:
         """Cached input tokens / input tokens."""
         return self.cached_tokens / self.input_tokens if self.input_tokens else 0.0
+
+    def add_records(self, records: Sequence[ReplayRecord], provider_profile: str) -> None:
+        """Price the provider's records of this replay under `provider_profile`."""
+        profile = get_profile(provider_profile)
+        for record in records:
+            if record.turn is None:
+                # The recorded session ended with a pending call: the agent's extra request
+                # after it has no recorded counterpart, so it is not billed.
+                self.extra_requests += 1
+                continue
+            cost = profile.cost(record.usage)
+            self.calls += 1
+            self.input_tokens += record.usage.input_tokens
+            self.cached_tokens += record.usage.cached_tokens
+            self.input_cost_usd += cost.input_usd
+            self.cost_usd += cost.input_usd + cost.output_usd
+            self.per_call_input_usd.append(cost.input_usd)
+            if record.index > 0 and not record.prefix_extends:
+                self.prefix_breaks += 1
 
 
 def replay_tools(script: ReplayScript) -> list[BaseTool]:
@@ -216,22 +235,7 @@ def replay_session(
             result.error = f"{type(exc).__name__}: {exc}"
         records = provider.records
         result.unserved_turns = provider.remaining
-    profile = get_profile(provider_profile)
-    for record in records:
-        if record.turn is None:
-            # The recorded session ended with a pending call: the agent's extra request after
-            # it has no recorded counterpart, so it is not billed.
-            result.extra_requests += 1
-            continue
-        cost = profile.cost(record.usage)
-        result.calls += 1
-        result.input_tokens += record.usage.input_tokens
-        result.cached_tokens += record.usage.cached_tokens
-        result.input_cost_usd += cost.input_usd
-        result.cost_usd += cost.input_usd + cost.output_usd
-        result.per_call_input_usd.append(cost.input_usd)
-        if record.index > 0 and not record.prefix_extends:
-            result.prefix_breaks += 1
+    result.add_records(records, provider_profile)
     if pilot is not None:
         result.epochs = len(pilot.state("replay").plan.epochs)
     return result
