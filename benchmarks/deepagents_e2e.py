@@ -21,19 +21,10 @@ from pathlib import Path
 
 from cachepilot_bench.demo_workload import build_demo_session
 from cachepilot_bench.frameworks.deepagents_replay import VARIANTS, replay_deep_session
-from cachepilot_bench.frameworks.langgraph_replay import replay_session
-from cachepilot_bench.traces import Session, load_paths
+from cachepilot_bench.frameworks.langgraph_replay import pick_sessions, replay_session
+from cachepilot_bench.traces import load_paths
 
 _COLUMNS = ("agent_vanilla", "agent_cachepilot", "alone", "plain", "recipe")
-
-
-def _pick(sessions: list[Session], per_source: int, max_calls: int) -> list[Session]:
-    chosen: dict[str, list[Session]] = defaultdict(list)
-    for session in sessions:
-        bucket = chosen[session.source]
-        if len(bucket) < per_source and len(session.assistant_indices) <= max_calls:
-            bucket.append(session)
-    return [s for bucket in chosen.values() for s in bucket]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     if args.traces:
-        sessions = _pick(load_paths(args.traces), args.per_source, args.max_calls)
+        sessions = pick_sessions(load_paths(args.traces), args.per_source, args.max_calls)
     else:
         sessions = [build_demo_session()]
     started = time.perf_counter()

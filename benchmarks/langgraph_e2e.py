@@ -20,17 +20,8 @@ from pathlib import Path
 
 from cachepilot_bench import BenchConfig, run_bench
 from cachepilot_bench.demo_workload import build_demo_session
-from cachepilot_bench.frameworks.langgraph_replay import AgentReplay, replay_session
-from cachepilot_bench.traces import Session, load_paths
-
-
-def _pick(sessions: list[Session], per_source: int, max_calls: int) -> list[Session]:
-    chosen: dict[str, list[Session]] = defaultdict(list)
-    for session in sessions:
-        bucket = chosen[session.source]
-        if len(bucket) < per_source and len(session.assistant_indices) <= max_calls:
-            bucket.append(session)
-    return [s for bucket in chosen.values() for s in bucket]
+from cachepilot_bench.frameworks.langgraph_replay import AgentReplay, pick_sessions, replay_session
+from cachepilot_bench.traces import load_paths
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     if args.traces:
-        sessions = _pick(load_paths(args.traces), args.per_source, args.max_calls)
+        sessions = pick_sessions(load_paths(args.traces), args.per_source, args.max_calls)
     else:
         sessions = [build_demo_session()]
     started = time.perf_counter()

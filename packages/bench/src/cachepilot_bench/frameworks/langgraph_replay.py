@@ -39,6 +39,7 @@ __all__ = [
     "PerCallSystemPrompt",
     "RecordedResults",
     "invocations",
+    "pick_sessions",
     "prompt_due",
     "replay_session",
     "replay_tools",
@@ -244,3 +245,14 @@ def replay_session(
 def prompt_due(script: ReplayScript, served: int) -> bool:
     """True when a recorded user message comes before the next turn to serve."""
     return any(turn == served for turn, _ in script.prompts)
+
+
+def pick_sessions(sessions: Sequence[Session], per_source: int, max_calls: int) -> list[Session]:
+    """The first `per_source` sessions of each source with at most `max_calls` model calls
+    (the end-to-end benchmarks replay the same ones)."""
+    chosen: dict[str, list[Session]] = {}
+    for session in sessions:
+        bucket = chosen.setdefault(session.source, [])
+        if len(bucket) < per_source and len(session.assistant_indices) <= max_calls:
+            bucket.append(session)
+    return [s for bucket in chosen.values() for s in bucket]
