@@ -94,8 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         "Costs are input cost in USD (deepagents' summarization calls included); chars are "
         "the request bodies' characters relative to deepagents alone."
     )
-    for variant in ("plain", "recipe"):
-        same = sum(outcomes[(s.id, variant)] == outcomes[(s.id, "alone")] for s in ok)
+    same_outcome = {
+        variant: sum(outcomes[(s.id, variant)] == outcomes[(s.id, "alone")] for s in ok)
+        for variant in ("plain", "recipe")
+    }
+    for variant, same in same_outcome.items():
         print(
             f"{variant}: the same final messages, files and todos as deepagents alone in {same} of "
             f"{len(ok)} sessions"
@@ -108,10 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             "sessions": [s.id for s in ok],
             "by_source": {k: dict(v) for k, v in rows.items()},
             "total": dict(total),
-            "same_outcome": {
-                variant: sum(outcomes[(s.id, variant)] == outcomes[(s.id, "alone")] for s in ok)
-                for variant in ("plain", "recipe")
-            },
+            "same_outcome": same_outcome,
         }
         Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return 0
