@@ -14,7 +14,9 @@ blocks (docs/proxy.md).
 
 A Responses request that continues a server-held conversation (`previous_response_id`,
 `conversation`) carries only its newest items: their tool results are reduced, and nothing
-else is rewritten (the server holds the rest).
+else is rewritten (the server holds the rest). Its results come without the calls they
+answer: those are taken from the thread's relayed replies (`cachepilot.proxy.calls`), so each
+result is reduced with its tool's profile and the loop memory compares its real arguments.
 """
 
 from __future__ import annotations
@@ -111,7 +113,10 @@ class Pipeline:
         view = memory.splices.expand(view)
         sources: list[Source | None] = list(view.sources)
         inputs = memory.intern(view.messages)
-        reduced = self.pilot.reduce_results(inputs, thread, recall=offer)
+        # A request continuing a server-held conversation answers calls it does not hold:
+        # those the thread's relayed replies made name its results.
+        known = memory.calls.answered(inputs) if view.stateful else None
+        reduced = self.pilot.reduce_results(inputs, thread, recall=offer, calls=known)
         if view.stateful:
             system, messages, out_tools = view.system, reduced, tools
         else:

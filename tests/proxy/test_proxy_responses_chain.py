@@ -1,0 +1,211 @@
+"""Responses chains (`previous_response_id`) through the proxy with the real `openai` client.
+
+Each request of a chain sends its `function_call_output` items without the `function_call`
+they answer (the server holds it). The proxy names them from the replies it relayed, so a
+file read gets the file-read profile, the loop memory sees the real arguments (no false
+"identical call" notes, a real repeat still noted) and a recall round-trip works, streamed
+and not, and after a restart over the same stores.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from openai import OpenAI
+from proxy_helpers import running_proxy
+from scripts import BIG, BIG_REF, FLAT_BASH, SYSTEM, recall_call
+
+from cachepilot import CachePilot, Config
+from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.messages import Message, ToolCall
+from cachepilot.proxy.calls import ARGUMENT_CHARS, MAX_CALLS, MAX_CHARS, SeenCalls
+from cachepilot.sim import DEFAULT_PROFILE
+from cachepilot.state_store import MemoryStateStore
+from cachepilot_bench.replay import ReplayProvider, ReplayRecord, ReplayScript, ReplayTurn
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+ENGINE = "".join(
+    f"def step_{i}(value: int) -> int:\n    return value * {i % 7} + {i}\n\n" for i in range(900)
+)
+"""A source file of ~55k characters: over the generic limit, a first read the file-read
+profile keeps whole."""
+READ_FILE = {
+    "type": "function",
+    "name": "read_file",
+    "description": "Read a file.",
+    "parameters": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+    },
+}
+TOOLS = [READ_FILE, FLAT_BASH]
+FINAL = "The engine is fixed."
+
+
+def _call(call_id: str, name: str, **arguments: str) -> ToolCall:
+    return ToolCall(call_id, name, json.dumps(arguments))
+
+
+CALLS = [
+    _call("call_read", "read_file", path="src/engine.py"),
+    _call("call_make", "bash", command="make"),
+    _call("call_test", "bash", command="make test"),
+    _call("call_st1", "bash", command="git status"),
+    _call("call_st2", "bash", command="git status"),
+    _call("call_st3", "bash", command="git status"),
+]
+OUTPUTS = {
+    "call_read": ENGINE,
+    "call_make": BIG,
+    "call_test": "42 passed",
+    "call_st1": "clean (1)",
+    "call_st2": "clean (2)",
+    "call_st3": "clean (3)",
+}
+
+
+def chain_script(*, recall: bool = True) -> ReplayScript:
+    """One call per turn, then (optionally) a recall of the build log, then the answer."""
+    turns = [ReplayTurn(Message("assistant", "", tool_calls=(c,))) for c in CALLS]
+    if recall:
+        turns.append(ReplayTurn(Message("assistant", "", tool_calls=(recall_call(),))))
+    turns.append(ReplayTurn(Message("assistant", FINAL)))
+    return ReplayScript(turns)
+
+
+def client(base_url: str, **headers: str) -> OpenAI:
+    return OpenAI(
+        base_url=base_url, api_key="sk-test", max_retries=0, timeout=30, default_headers=headers
+    )
+
+
+def create(api: OpenAI, *, stream: bool, **kwargs: Any) -> Any:
+    """One Responses call; streamed, the response `response.completed` carries."""
+    if not stream:
+        return api.responses.create(model="m", tools=TOOLS, **kwargs)
+    final = None
+    for event in api.responses.create(model="m", tools=TOOLS, stream=True, **kwargs):
+        if event.type == "response.completed":
+            final = event.response
+    assert final is not None
+    return final
+
+
+def run_chain(api: OpenAI, *, stream: bool, steps: int | None = None, start: Any = None) -> Any:
+    """Play the agent: answer each function call with its output, chained by response id."""
+    response = start
+    if response is None:
+        response = create(api, stream=stream, instructions=SYSTEM, input="Fix the engine.")
+    done = 0
+    while steps is None or done < steps:
+        calls = [item for item in response.output if item.type == "function_call"]
+        if not calls:
+            break
+        outputs = [
+            {"type": "function_call_output", "call_id": c.call_id, "output": OUTPUTS[c.call_id]}
+            for c in calls
+        ]
+        response = create(
+            api, stream=stream, instructions=SYSTEM, previous_response_id=response.id,
+            input=outputs,
+        )  # fmt: skip
+        done += 1
+    return response
+
+
+def sent_output(records: list[ReplayRecord], call_id: str) -> str:
+    """The output of `call_id` as the upstream received it."""
+    for record in records:
+        items = record.body.get("input")
+        for item in items if isinstance(items, list) else ():
+            if item.get("call_id") == call_id and item.get("type") == "function_call_output":
+                return str(item["output"])
+    raise AssertionError(f"no output of {call_id} reached the upstream")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chained_outputs_are_reduced_as_their_calls(stream: bool) -> None:
+    with ReplayProvider(chain_script()) as upstream, running_proxy(upstream.base_url) as proxy:
+        final = run_chain(client(proxy.base_url), stream=stream)
+        records = upstream.records
+    # Every request after the first continues the chain and carries outputs only.
+    assert all(r.body.get("previous_response_id") for r in records[1:])
+    assert not any(i.get("type") == "function_call" for r in records[1:] for i in r.body["input"])
+    # The first read of a file is kept whole (the generic profile would cut it to a preview).
+    assert sent_output(records, "call_read") == ENGINE
+    # The build log is reduced, with its ref.
+    log = sent_output(records, "call_make")
+    assert len(log) < len(BIG) // 4 and f'recall(ref="{BIG_REF}")' in log
+    # Different calls are not "identical"; the third real `git status` in a row is.
+    for call_id in ("call_test", "call_st1", "call_st2"):
+        assert sent_output(records, call_id) == OUTPUTS[call_id]
+    third = sent_output(records, "call_st3")
+    assert third.startswith(OUTPUTS["call_st3"])
+    assert "[note: identical bash call #3 in a row; the output changed]" in third
+    # The model's recall was answered by the proxy in the same chain: the client never
+    # sees it and gets the final answer.
+    recall = records[-1].body
+    assert recall["previous_response_id"] == records[-2].response_id
+    assert recall["input"][0]["type"] == "function_call_output"
+    assert "00000 compiling" in recall["input"][0]["output"]
+    assert [item.type for item in final.output] == ["message"]
+    assert final.output_text == FINAL
+
+
+def test_the_seen_calls_survive_a_restart() -> None:
+    """A second proxy over the same stores names the outputs of calls the first relayed."""
+    artifacts = InMemoryArtifactStore()
+    states = MemoryStateStore()
+
+    def pilot() -> CachePilot:
+        return CachePilot(Config(provider=DEFAULT_PROFILE), store=artifacts)
+
+    header = {"x-cachepilot-thread": "chain-1"}
+    with ReplayProvider(chain_script(recall=False)) as upstream:
+        with running_proxy(upstream.base_url, pilot=pilot(), state_store=states) as first:
+            started = create(
+                client(first.base_url, **header), stream=False, instructions=SYSTEM,
+                input="Fix the engine.",
+            )  # fmt: skip
+        with running_proxy(upstream.base_url, pilot=pilot(), state_store=states) as second:
+            final = run_chain(client(second.base_url, **header), stream=False, start=started)
+        records = upstream.records
+    assert sent_output(records, "call_read") == ENGINE
+    assert "identical bash call #3" in sent_output(records, "call_st3")
+    assert "identical" not in sent_output(records, "call_st2")
+    assert final.output_text == FINAL
+
+
+def test_seen_calls_stay_bounded_and_compact() -> None:
+    seen = SeenCalls()
+    seen.note(ToolCall(f"call_{i}", "bash", json.dumps({"command": f"ls {i}"})) for i in range(600))
+    assert len(seen) == MAX_CALLS
+    tool = Message("tool", "x", tool_call_id="call_599")
+    assert seen.answered([tool])["call_599"].name == "bash"
+    assert seen.answered([Message("tool", "x", tool_call_id="call_0")]) == {}
+    # A call in the request itself wins: nothing is looked up for it.
+    own = Message("assistant", "", tool_calls=(ToolCall("call_599", "bash", "{}"),))
+    assert seen.answered([own, tool]) == {}
+    # Long arguments are kept as their short fields and digests of the long ones.
+    content = "x" * 50_000
+    seen.note([ToolCall("call_w", "write_file", json.dumps({"path": "a.py", "content": content}))])
+    result = Message("tool", "ok", tool_call_id="call_w")
+    kept = json.loads(seen.answered([result])["call_w"].arguments)
+    assert kept["path"] == "a.py" and kept["content"].startswith("[50000 chars, sha256 ")
+    other = json.dumps({"path": "a.py", "content": content[:-1] + "y"})
+    seen.note([ToolCall("call_v", "write_file", other)])
+    changed = seen.answered([Message("tool", "ok", tool_call_id="call_v")])["call_v"].arguments
+    assert json.loads(changed)["content"] != kept["content"]
+    # Huge arguments of any shape stay within the per-call and per-thread budgets.
+    for i in range(100):
+        seen.note([ToolCall(f"big_{i}", "t", "[" + "1," * 20_000 + "1]")])
+    assert all(len(args) <= ARGUMENT_CHARS for _, _, args in seen.to_json())
+    assert sum(len(a) + len(b) + len(c) for a, b, c in seen.to_json()) <= MAX_CHARS
+    # Stored and read back, with unreadable entries dropped.
+    again = SeenCalls.from_json([*seen.to_json(), ["bad"], 7])
+    assert again.to_json() == seen.to_json()
+    assert SeenCalls.from_json("junk").to_json() == []
