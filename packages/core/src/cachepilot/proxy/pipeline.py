@@ -10,7 +10,8 @@ kept). For Anthropic Messages, `cache_control` breakpoints are added where they 
 `cachepilot.breakpoints`; the thread's stable anchors come from `CachePilot.stable_anchors`),
 only in the slots the client's own marks leave, counted per marked block as the API counts
 them: the body sent never carries more than four, and the client's marks stay on their
-blocks (docs/proxy.md).
+blocks (docs/proxy.md). A message the client sends as a string that the proxy marks becomes
+a text block, and stays one on the thread's later requests (`cachepilot.proxy.forms`).
 
 A Responses request that continues a server-held conversation (`previous_response_id`,
 `conversation`) carries only its newest items: their tool results are reduced, and nothing
@@ -185,6 +186,7 @@ class Pipeline:
         )
         if prepared.view.api != "anthropic":
             return body
+        body = memory.blocks.apply(body)  # the messages it marked before stay blocks
         written = read_view(body, "anthropic")
         request = Request(
             system=written.system,
@@ -222,6 +224,11 @@ class Pipeline:
             prepared.added_marks = []
             return unmarked
         prepared.unmarked = unmarked
+        raw = unmarked.get("messages")
+        if isinstance(raw, list):
+            sources = written.sources
+            entries = [raw[sources[i].index] for i in added if 0 <= i < len(sources)]
+            memory.apply(lambda: memory.blocks.add(entries))
         return body
 
 
