@@ -4,16 +4,19 @@ Each request of a chain sends its `function_call_output` items without the `func
 they answer (the server holds it). The proxy names them from the replies it relayed, so a
 file read gets the file-read profile, the loop memory sees the real arguments (no false
 "identical call" notes, a real repeat still noted) and a recall round-trip works, streamed
-and not, and after a restart over the same stores.
+and not, after a restart over the same stores, and for a real Agents SDK `Runner` chaining
+its requests (`auto_previous_response_id`), which ends as its straight run does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
-from openai import OpenAI
+from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool
+from openai import AsyncOpenAI, OpenAI
 from proxy_helpers import running_proxy
 from scripts import BIG, BIG_REF, FLAT_BASH, SYSTEM, recall_call
 
@@ -209,3 +212,64 @@ def test_seen_calls_stay_bounded_and_compact() -> None:
     again = SeenCalls.from_json([*seen.to_json(), ["bad"], 7])
     assert again.to_json() == seen.to_json()
     assert SeenCalls.from_json("junk").to_json() == []
+
+
+def agents_run(base_url: str) -> tuple[Any, list[str]]:
+    """A real Agents SDK `Runner` on Responses with `auto_previous_response_id`: its final
+    output and the tool calls it ran."""
+    ran: list[str] = []
+    statuses = iter(["clean (1)", "clean (2)", "clean (3)"])
+
+    @function_tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        ran.append(f"read_file {path}")
+        return ENGINE
+
+    @function_tool
+    def bash(command: str) -> str:
+        """Run a shell command."""
+        ran.append(f"bash {command}")
+        outputs = {"make": BIG, "make test": "42 passed"}
+        return outputs.get(command) or next(statuses)
+
+    client = AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+    agent = Agent(
+        name="builder",
+        instructions=SYSTEM,
+        tools=[read_file, bash],
+        model=OpenAIResponsesModel(model="m", openai_client=client),
+    )
+    result = asyncio.run(
+        Runner.run(
+            agent,
+            "Fix the engine.",
+            max_turns=20,
+            run_config=RunConfig(tracing_disabled=True),
+            auto_previous_response_id=True,
+        )
+    )
+    return result.final_output, ran
+
+
+def test_agents_sdk_chain_through_the_proxy_matches_the_straight_run() -> None:
+    with ReplayProvider(chain_script(recall=False)) as upstream:
+        straight = agents_run(upstream.base_url)
+    with ReplayProvider(chain_script()) as upstream, running_proxy(upstream.base_url) as proxy:
+        proxied = agents_run(proxy.base_url)
+        records = upstream.records
+    assert proxied == straight
+    assert straight[0] == FINAL and len(straight[1]) == len(CALLS)
+    assert all(r.body.get("previous_response_id") for r in records[1:])
+    outputs = [
+        item
+        for r in records
+        for item in (r.body["input"] if isinstance(r.body["input"], list) else ())
+        if item.get("type") == "function_call_output"
+    ]
+    by_text = {o["call_id"]: str(o["output"]) for o in outputs}
+    assert by_text["call_read"] == ENGINE
+    assert f'recall(ref="{BIG_REF}")' in by_text["call_make"]
+    notes = [k for k, v in by_text.items() if "identical" in v]
+    assert notes == ["call_st3"]
+    assert "00000 compiling" in by_text["call_recall"]
