@@ -273,3 +273,30 @@ def test_agents_sdk_chain_through_the_proxy_matches_the_straight_run() -> None:
     notes = [k for k, v in by_text.items() if "identical" in v]
     assert notes == ["call_st3"]
     assert "00000 compiling" in by_text["call_recall"]
+
+
+def stored_calls(engine: Any) -> list[list[str]]:
+    """The seen calls of every thread the proxy stored."""
+    store = engine.threads.store
+    out: list[list[str]] = []
+    for name in engine.threads.names():
+        document = asyncio.run(store.load(name))
+        out.extend(json.loads(document)["proxy"]["calls"] if document else [])
+    return out
+
+
+@pytest.mark.parametrize("store", [None, False])
+def test_calls_are_kept_only_for_replies_a_chain_can_continue(store: bool | None) -> None:
+    """`store: false` (Codex) means no later request can continue the reply: its calls are
+    not kept (nothing to store with the thread on every request)."""
+    extra: dict[str, Any] = {} if store is None else {"store": store}
+    with ReplayProvider(chain_script()) as upstream, running_proxy(upstream.base_url) as proxy:
+        create(
+            client(proxy.base_url), stream=False, instructions=SYSTEM, input="Fix the engine.",
+            **extra,
+        )  # fmt: skip
+        kept = stored_calls(proxy.engine)
+    if store is None:
+        assert kept == [["call_read", "read_file", CALLS[0].arguments]]
+    else:
+        assert kept == []

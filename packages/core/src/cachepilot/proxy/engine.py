@@ -147,6 +147,12 @@ def _without_marks(
     return unmarked
 
 
+def _chainable(api: Api, prepared: Prepared) -> bool:
+    """A Responses reply a later request may continue with `previous_response_id` (the
+    client did not send `store: false`): its calls are remembered for that request."""
+    return api == "responses" and prepared.view.body.get("store") is not False
+
+
 def proxy_pilot_config(provider: str) -> Config:
     """The config of the proxy's default pilot for `provider`: the library's settings.
 
@@ -416,7 +422,7 @@ class ProxyEngine:
             if isinstance(payload.get("usage"), Mapping):
                 usages.append(payload["usage"])
             reply = _one(info.output)
-            if api == "responses":
+            if _chainable(api, prepared):
                 self._note_calls(memory, reply.tool_calls)
             calls = recall_calls(reply) if prepared.recall else []
             mixed = len(calls) < len(reply.tool_calls)
@@ -587,6 +593,7 @@ class ProxyEngine:
         response: httpx.Response,
     ) -> AsyncIterator[bytes]:
         relay = Relay(api, watch=prepared.recall)
+        chainable = _chainable(api, prepared)
         history: list[Message] = []
         sent: list[dict[str, Any]] = []  # the replies and answers since, as the upstream saw them
         current: httpx.Response | None = response
@@ -597,7 +604,7 @@ class ProxyEngine:
                 try:
                     async for chunk in current.aiter_bytes():
                         for event in splitter.feed(chunk):
-                            if api == "responses":
+                            if chainable:
                                 self._note_streamed(memory, event.data)
                             out = relay.push(event)
                             if out is not None:
@@ -609,7 +616,7 @@ class ProxyEngine:
                     yield _stream_error(api, f"upstream stream broke off: {type(exc).__name__}")
                     return
                 for event in splitter.close():
-                    if api == "responses":
+                    if chainable:
                         self._note_streamed(memory, event.data)
                     out = relay.push(event)
                     if out is not None:
