@@ -60,8 +60,8 @@ def test_a_rewritten_message_keeps_the_clients_form(
     if form == "string":
         content: Any = "\n".join(pieces)
     else:
-        content = [{"type": kind, "text": p} for p in pieces]
-        if marked and api == "anthropic":
+        content = [{"type": kind, "text": p, "extra": k} for k, p in enumerate(pieces)]
+        if marked:
             content[-1]["cache_control"] = MARK
     out = written_content(api, body_of(api, content))
     if isinstance(content, str):
@@ -73,14 +73,15 @@ def test_a_rewritten_message_keeps_the_clients_form(
         assert texts_out == [f"{BLOCK}\n\n{pieces[0]}"]  # still the client's one part
     else:
         assert texts_out == [BLOCK, *pieces]  # the client's parts, the block in front
-    # The client's mark stays on the block carrying its text, and only there.
+    # The client's parts keep their fields; its mark stays on the part carrying its text.
+    assert [p.get("extra") for p in out][-len(pieces) :] == list(range(len(pieces)))
     marks = [p for p in out if "cache_control" in p]
-    assert len(marks) == (1 if marked and api == "anthropic" else 0)
+    assert len(marks) == (1 if marked else 0)
     if marks:
         assert marks[0] is out[-1]
     # Marks aside, the body is the same whether or not the client marked it (a mark that
     # moves on changes nothing else).
-    unmarked_content = [{"type": kind, "text": p} for p in pieces]
+    unmarked_content = [{"type": kind, "text": p, "extra": k} for k, p in enumerate(pieces)]
     assert unmarked(out) == written_content(api, body_of(api, unmarked_content))
 
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cachepilot.messages import ContentPart, Message, ReasoningPart
+from cachepilot.messages import ContentPart, Message, ReasoningPart, TextPart
 from cachepilot.plan import FOLD_ID_PREFIX
 from cachepilot.wire._common import Api
 from cachepilot.wire.anthropic import anthropic_blocks
@@ -217,6 +217,19 @@ def _content_text(content: Any, text: str) -> Any:
     return out
 
 
+def _rewritten_content(
+    message: Message, origin: Message, fresh: Any, original: Any, text_type: str
+) -> Any:
+    """A rewritten Chat or Responses message's content: text put in front of the client's
+    parts (the context block) as new text parts before the client's own parts, kept as
+    sent (every field, marks included); any other change in the client's form."""
+    prefix = _prefix_parts(message, origin) if isinstance(original, list) else None
+    if prefix and all(isinstance(p, TextPart) for p in prefix) and origin.parts:
+        head = [{"type": text_type, "text": p.text} for p in prefix if isinstance(p, TextPart)]
+        return [*head, *original]
+    return _client_form(fresh, original, text_type)
+
+
 def _client_form(new: Any, original: Any, text_type: str) -> Any:
     """Content written from neutral form (`new`) in the form the client sent `original`: a
     string where the client sent a list of parts becomes a list, its one text part with the
@@ -261,7 +274,9 @@ def _write_chat(
             out.append(raw[source.index])
         elif message.role in ("tool", "user", "system"):
             entry = raw[source.index]
-            content = _client_form(fresh["content"], entry.get("content"), "text")
+            content = _rewritten_content(
+                message, origin, fresh["content"], entry.get("content"), "text"
+            )
             out.append({**entry, "content": content})
         else:
             out.append(fresh)
@@ -311,7 +326,9 @@ def _write_responses(
         elif message.role in ("user", "system") and source.end == source.index + 1:
             fresh = responses_input([message])[0]
             item = items[source.index]
-            content = _client_form(fresh["content"], item.get("content"), "input_text")
+            content = _rewritten_content(
+                message, origin, fresh["content"], item.get("content"), "input_text"
+            )
             out.append({**item, "content": content})
         else:
             out.extend(responses_input([message]))
