@@ -23,7 +23,7 @@ from scripts import BIG, BIG_REF, FLAT_BASH, SYSTEM, recall_call
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.messages import Message, ToolCall
-from cachepilot.proxy.calls import ARGUMENT_CHARS, MAX_CALLS, MAX_CHARS, SeenCalls
+from cachepilot.proxy.calls import ARGUMENT_CHARS, MAX_CALLS, MAX_CHARS, SeenCalls, streamed_call
 from cachepilot.sim import DEFAULT_PROFILE
 from cachepilot.state_store import MemoryStateStore
 from cachepilot_bench.replay import ReplayProvider, ReplayRecord, ReplayScript, ReplayTurn
@@ -300,3 +300,17 @@ def test_calls_are_kept_only_for_replies_a_chain_can_continue(store: bool | None
         assert kept == [["call_read", "read_file", CALLS[0].arguments]]
     else:
         assert kept == []
+
+
+def test_streamed_calls_are_read_only_from_whole_items() -> None:
+    done = {"type": "response.output_item.done"}
+    item = {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{}"}
+    assert streamed_call({**done, "item": item}) == ToolCall("c1", "bash", "{}")
+    custom = {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "x"}
+    assert streamed_call({**done, "item": custom}) == ToolCall("c2", "apply_patch", "x")
+    # Partial, foreign or malformed events name nothing.
+    assert streamed_call({"type": "response.output_item.added", "item": item}) is None
+    assert streamed_call({**done, "item": {**item, "name": None}}) is None
+    assert streamed_call({**done, "item": {"type": "message"}}) is None
+    assert streamed_call({**done, "item": "junk"}) is None
+    assert streamed_call(None) is None
