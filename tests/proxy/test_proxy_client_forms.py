@@ -258,3 +258,17 @@ def test_codex_developer_message_keeps_its_parts() -> None:
         user = record.body["input"][1]["content"]
         assert len(user) == 1 and user[0]["type"] == "input_text"
         assert user[0]["text"].endswith(TASK) and "2026-11-28" in user[0]["text"]
+
+
+def test_a_system_prompt_the_proxy_marked_stays_a_block() -> None:
+    forms = BlockForms()
+    body = {"system": "You are a builder.", "messages": [{"role": "user", "content": "hi"}]}
+    assert forms.apply(body) is body
+    forms.add([{"role": "system", "content": "You are a builder."}])
+    out = forms.apply(body)
+    assert out["system"] == [{"type": "text", "text": "You are a builder."}]
+    assert out["messages"] == body["messages"] and body["system"] == "You are a builder."
+    # A user message with the same text is another message.
+    assert forms.apply({"messages": [{"role": "user", "content": "You are a builder."}]}) == {
+        "messages": [{"role": "user", "content": "You are a builder."}]
+    }

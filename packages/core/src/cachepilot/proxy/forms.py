@@ -1,11 +1,11 @@
 """Messages the proxy sends as blocks because it once marked them, per thread.
 
-An Anthropic `cache_control` mark needs a content block: a message the client sends as a
-string becomes one text block when the proxy marks it. When the mark moves on, the message
-would go back to a string: the same tokens, but a different body from that message on.
-`BlockForms` remembers (bounded, kept with the thread's state) the string messages the proxy
-marked, and writes them as one text block on every later request, so the body the upstream
-gets only ever grows at its end.
+An Anthropic `cache_control` mark needs a content block: a message (or a system prompt) the
+client sends as a string becomes one text block when the proxy marks it. When the mark moves
+on, it would go back to a string: the same tokens, but a different body from there on.
+`BlockForms` remembers (bounded, kept with the thread's state) the strings the proxy marked,
+and writes them as one text block on every later request, so the body the upstream gets only
+ever grows at its end.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ class BlockForms:
         return len(self._keys)
 
     def add(self, entries: Iterable[Any]) -> None:
-        """Remember the string messages among Messages `entries` (as the proxy marks them)."""
+        """Remember the string messages among Messages `entries` (as the proxy marks them; a
+        string system prompt is the entry `{"role": "system", "content": ...}`)."""
         for entry in entries:
             if not isinstance(entry, Mapping):
                 continue
@@ -56,18 +57,17 @@ class BlockForms:
         itself when there is none; never mutated)."""
         if not self._keys:
             return body
+        system = body.get("system")
+        if isinstance(system, str) and self._holds("system", system):
+            body = {**body, "system": [{"type": "text", "text": system}]}
         messages = body.get("messages")
         if not isinstance(messages, list):
             return body
         out: list[Any] | None = None
         for index, entry in enumerate(messages):
             content = entry.get("content") if isinstance(entry, Mapping) else None
-            if not isinstance(content, str) or len(content) not in self._lengths:
-                continue  # only a text of a remembered length is hashed
-            key = _key(str(entry.get("role")), content)
-            if key not in self._keys:
+            if not isinstance(content, str) or not self._holds(str(entry.get("role")), content):
                 continue
-            self._keys.move_to_end(key)
             if out is None:
                 out = list(messages)
             out[index] = {**entry, "content": [{"type": "text", "text": content}]}
@@ -91,6 +91,17 @@ class BlockForms:
             key, _ = out._keys.popitem(last=False)
             out._forget_length(key)
         return out
+
+    def _holds(self, role: str, text: str) -> bool:
+        """`text` of `role` is remembered (touched when it is); only a text of a remembered
+        length is hashed."""
+        if len(text) not in self._lengths:
+            return False
+        key = _key(role, text)
+        if key not in self._keys:
+            return False
+        self._keys.move_to_end(key)
+        return True
 
     def _touch(self, key: str) -> None:
         if key in self._keys:

@@ -10,8 +10,9 @@ kept). For Anthropic Messages, `cache_control` breakpoints are added where they 
 `cachepilot.breakpoints`; the thread's stable anchors come from `CachePilot.stable_anchors`),
 only in the slots the client's own marks leave, counted per marked block as the API counts
 them: the body sent never carries more than four, and the client's marks stay on their
-blocks (docs/proxy.md). A message the client sends as a string that the proxy marks becomes
-a text block, and stays one on the thread's later requests (`cachepilot.proxy.forms`).
+blocks (docs/proxy.md). A message or system prompt the client sends as a string that the
+proxy marks becomes a text block, and stays one on the thread's later requests
+(`cachepilot.proxy.forms`).
 
 A Responses request that continues a server-held conversation (`previous_response_id`,
 `conversation`) carries only its newest items: their tool results are reduced, and nothing
@@ -225,10 +226,16 @@ class Pipeline:
             return unmarked
         prepared.unmarked = unmarked
         raw = unmarked.get("messages")
-        if isinstance(raw, list):
-            sources = written.sources
-            entries = [raw[sources[i].index] for i in added if 0 <= i < len(sources)]
-            memory.apply(lambda: memory.blocks.add(entries))
+        raw = raw if isinstance(raw, list) else []
+        sources = written.sources
+        entries = [
+            raw[sources[i].index]
+            for i in added
+            if 0 <= i < len(sources) and sources[i].index < len(raw)
+        ]
+        if -1 in added:
+            entries.append({"role": "system", "content": unmarked.get("system")})
+        memory.apply(lambda: memory.blocks.add(entries))
         return body
 
 
