@@ -158,3 +158,20 @@ def test_views_are_deterministic_and_pairing_safe(outputs: list[str], orphan: bo
     assert [(m.role, m.id, m.tool_call_id) for m in one] == [
         (m.role, m.id, m.tool_call_id) for m in messages
     ]
+
+
+def test_results_whose_calls_the_transcript_lacks_are_reduced_as_those_calls() -> None:
+    """A server-held conversation sends results without their calls: `calls` names them, so
+    a first file read keeps the file-read profile (whole) and the loop memory tells calls
+    apart; a call in the transcript itself wins."""
+    source = "\n".join(f"def f_{i}(): return {i}" for i in range(1_500))  # over the generic limit
+    read = ToolCall("r1", "read_file", json.dumps({"path": "src/a.py"}))
+    result = Message("tool", source, tool_call_id="r1")
+    unnamed = CachePilot(CONFIG, store=InMemoryArtifactStore())
+    assert unnamed.reduce_results([result], "t")[0].text != source  # generic profile: cut
+    named = CachePilot(CONFIG, store=InMemoryArtifactStore())
+    assert named.reduce_results([result], "t", calls={"r1": read})[0].text == source
+    own = exchange("r1", source, name="bash", args=json.dumps({"command": "cat src/a.py"}))
+    pilot = CachePilot(CONFIG, store=InMemoryArtifactStore())
+    shown = pilot.reduce_results(own, "t", calls={"r1": read})
+    assert shown[1].text != source  # reduced as the shell call it is, not as a file read

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cachepilot.events import LoopEvent
-from cachepilot.messages import ImagePart, Message
+from cachepilot.messages import ImagePart, Message, ToolCall
 from cachepilot.pilot_base import PilotBase, check_pilot_thread
 from cachepilot.reduce import Reduction, ToolResult, coerce_args, normalize_output, source_key
 from cachepilot.reduce.images import image_replacement
@@ -339,6 +339,7 @@ class Ingestion(PilotBase):
         *,
         recall: bool | None = None,
         native: Collection[str] = (),
+        calls: Mapping[str, ToolCall] | None = None,
     ) -> list[Message]:
         """The transcript as the model reads it: each tool result shown as its reduced view.
 
@@ -357,6 +358,9 @@ class Ingestion(PilotBase):
             native: call ids of results a native context manager (e.g. LangChain's
                 `ContextEditingMiddleware`) already cleared: shown as they are, never
                 ingested or archived (the placeholder is not a tool output).
+            calls: calls answered by results of `messages` that `messages` do not hold, by
+                id (a server-held conversation's, e.g. Responses `previous_response_id`): a
+                result is reduced with its call's tool name and arguments.
         """
         check_pilot_thread(thread)
         if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
@@ -424,6 +428,7 @@ class Ingestion(PilotBase):
             load=load,
             shrink=shrink,
             native=frozenset(native),
+            calls=calls,
         )
 
     async def areduce_results(
@@ -433,10 +438,11 @@ class Ingestion(PilotBase):
         *,
         recall: bool | None = None,
         native: Collection[str] = (),
+        calls: Mapping[str, ToolCall] | None = None,
     ) -> list[Message]:
         """Async twin of `reduce_results` (ingestion runs in a worker thread)."""
         return await asyncio.to_thread(
-            self.reduce_results, messages, thread, recall=recall, native=native
+            self.reduce_results, messages, thread, recall=recall, native=native, calls=calls
         )
 
 

@@ -161,6 +161,7 @@ class ResultViews:
         load: Callable[[str], str | None],
         shrink: Shrink | None = None,
         native: Container[str] = frozenset(),
+        calls: Mapping[str, ToolCall] | None = None,
     ) -> list[Message]:
         """`messages` with every tool result shown as its reduced view.
 
@@ -177,6 +178,8 @@ class ResultViews:
             native: call ids of results that a native context manager (the provider's or
                 the framework's own) already replaced by its placeholder: shown as they are
                 and never ingested, so a placeholder is never archived as a tool output.
+            calls: calls that `messages` do not hold, by id (what a result answering one
+                of them is reduced as); a call in `messages` wins.
         """
         with self._lock:
             tracker = self._trackers.get(thread)
@@ -192,7 +195,8 @@ class ResultViews:
                 known = 0
                 tracker.inputs, tracker.outputs = [], []
             tail = messages[known:]
-            calls = _calls_by_id(messages if known == 0 else tail, tracker.inputs)
+            found = _calls_by_id(messages if known == 0 else tail, tracker.inputs)
+            calls = {**calls, **found} if calls else found
             out = [
                 self._view(thread, m, calls, views, ingest=ingest, load=load, shrink=shrink)
                 if m.role == "tool" and str(m.tool_call_id) not in native

@@ -24,6 +24,7 @@ import httpx
 from cachepilot.messages import ContentPart, Message, ToolCall
 from cachepilot.metrics import call_metrics
 from cachepilot.pilot import CachePilot, Config
+from cachepilot.proxy.calls import streamed_call
 from cachepilot.proxy.config import ProxyConfig
 from cachepilot.proxy.families import Families
 from cachepilot.proxy.memory import ThreadMemory, Threads
@@ -144,6 +145,12 @@ def _without_marks(
     prepared.unmarked = None
     prepared.body = unmarked
     return unmarked
+
+
+def _chainable(api: Api, prepared: Prepared) -> bool:
+    """A Responses reply a later request may continue with `previous_response_id` (the
+    client did not send `store: false`): its calls are remembered for that request."""
+    return api == "responses" and prepared.view.body.get("store") is not False
 
 
 def proxy_pilot_config(provider: str) -> Config:
@@ -415,6 +422,8 @@ class ProxyEngine:
             if isinstance(payload.get("usage"), Mapping):
                 usages.append(payload["usage"])
             reply = _one(info.output)
+            if _chainable(api, prepared):
+                self._note_calls(memory, reply.tool_calls)
             calls = recall_calls(reply) if prepared.recall else []
             mixed = len(calls) < len(reply.tool_calls)
             if not calls or mixed or rounds >= self.config.max_recall_rounds:
@@ -485,6 +494,21 @@ class ProxyEngine:
         if prepared.view.stateful:
             return  # the server holds the conversation, recall exchange included
         memory.apply(lambda: memory.splices.add(shown, prepared.view.api, upstream))
+
+    @staticmethod
+    def _note_calls(memory: ThreadMemory, calls: Sequence[ToolCall]) -> None:
+        """Remember the tool calls of a relayed Responses reply: a later request that
+        continues the server-held conversation sends their results without them."""
+        kept = [c for c in calls if c.name != RECALL_TOOL_NAME]
+        if kept:
+            memory.apply(lambda: memory.calls.note(kept))
+
+    def _note_streamed(self, memory: ThreadMemory, data: Any) -> None:
+        """`_note_calls` of the call a stream event completes, before the client sees it
+        (its next request may come before the stream's end is processed)."""
+        call = streamed_call(data)
+        if call is not None:
+            self._note_calls(memory, [call])
 
     def _record(
         self, prepared: Prepared, memory: ThreadMemory, usage: Usage | None, model: Any
@@ -569,6 +593,7 @@ class ProxyEngine:
         response: httpx.Response,
     ) -> AsyncIterator[bytes]:
         relay = Relay(api, watch=prepared.recall)
+        chainable = _chainable(api, prepared)
         history: list[Message] = []
         sent: list[dict[str, Any]] = []  # the replies and answers since, as the upstream saw them
         current: httpx.Response | None = response
@@ -579,6 +604,8 @@ class ProxyEngine:
                 try:
                     async for chunk in current.aiter_bytes():
                         for event in splitter.feed(chunk):
+                            if chainable:
+                                self._note_streamed(memory, event.data)
                             out = relay.push(event)
                             if out is not None:
                                 yield out
@@ -589,6 +616,8 @@ class ProxyEngine:
                     yield _stream_error(api, f"upstream stream broke off: {type(exc).__name__}")
                     return
                 for event in splitter.close():
+                    if chainable:
+                        self._note_streamed(memory, event.data)
                     out = relay.push(event)
                     if out is not None:
                         yield out

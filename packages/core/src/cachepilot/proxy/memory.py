@@ -2,10 +2,12 @@
 
 Per thread, in memory: the last request's messages (so an unchanged history is the very same
 objects again and `reduce_results`/`prepare` cost O(new messages)), the splices (see
-`cachepilot.proxy.recall`), the last request as sent (for Anthropic breakpoints) and a lock.
-The pilot state and the splices are saved after every request to a `StateStore` (one JSON
-document per thread, `cachepilot inspect` reads it) and loaded the first time a thread is
-seen, so a restarted proxy sends the same bytes.
+`cachepilot.proxy.recall`), the tool calls its replies made (see `cachepilot.proxy.calls`),
+the messages it marked (`cachepilot.proxy.forms`), the last request as sent (for Anthropic
+breakpoints) and a lock. The pilot state, the splices, the seen calls and the marked forms
+are saved after every request to a `StateStore` (one JSON document per
+thread, `cachepilot inspect` reads it) and loaded the first time a thread is seen, so a
+restarted proxy sends the same bytes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 
 from cachepilot.messages import Message
 from cachepilot.pilot import CachePilot
+from cachepilot.proxy.calls import SeenCalls
+from cachepilot.proxy.forms import BlockForms
 from cachepilot.proxy.recall import Splices
 from cachepilot.sim import RenderedRequest
 from cachepilot.state_store import StateStore, VersionedStateStore
@@ -43,6 +47,10 @@ class ThreadMemory:
         self.lock = asyncio.Lock()
         self.previous: list[Message] = []
         self.splices = Splices()
+        self.calls = SeenCalls()
+        """The tool calls seen in the thread's relayed replies, by id."""
+        self.blocks = BlockForms()
+        """String messages the proxy marked: written as a text block from then on."""
         self.sent: RenderedRequest | None = None
         self.requests = 0
         self.marks_refused = False
@@ -142,6 +150,8 @@ class Threads:
         else:
             self.pilot.load_state(memory.name, {})
             memory.splices = Splices()
+            memory.calls = SeenCalls()
+            memory.blocks = BlockForms()
 
     async def refresh(self, memory: ThreadMemory) -> bool:
         """Load the thread again when another process saved it since this one read or saved
@@ -168,6 +178,8 @@ class Threads:
             proxy = data.pop(_PROXY_KEY, None) if isinstance(data, dict) else None
             self.pilot.load_state(memory.name, data)
             memory.splices = Splices.from_json((proxy or {}).get("splices"))
+            memory.calls = SeenCalls.from_json((proxy or {}).get("calls"))
+            memory.blocks = BlockForms.from_json((proxy or {}).get("blocks"))
         except Exception:
             logger.warning(
                 "thread %s: ignoring an unreadable stored state", self.label(memory.name)
@@ -175,7 +187,11 @@ class Threads:
 
     def _document(self, memory: ThreadMemory) -> str:
         doc: dict[str, Any] = self.pilot.export_state(memory.name)
-        doc[_PROXY_KEY] = {"splices": memory.splices.to_json()}
+        doc[_PROXY_KEY] = {
+            "splices": memory.splices.to_json(),
+            "calls": memory.calls.to_json(),
+            "blocks": memory.blocks.to_json(),
+        }
         return json.dumps(doc, ensure_ascii=False)
 
     async def commit(self, memory: ThreadMemory) -> bool:

@@ -10,11 +10,15 @@ kept). For Anthropic Messages, `cache_control` breakpoints are added where they 
 `cachepilot.breakpoints`; the thread's stable anchors come from `CachePilot.stable_anchors`),
 only in the slots the client's own marks leave, counted per marked block as the API counts
 them: the body sent never carries more than four, and the client's marks stay on their
-blocks (docs/proxy.md).
+blocks (docs/proxy.md). A message or system prompt the client sends as a string that the
+proxy marks becomes a text block, and stays one on the thread's later requests
+(`cachepilot.proxy.forms`).
 
 A Responses request that continues a server-held conversation (`previous_response_id`,
 `conversation`) carries only its newest items: their tool results are reduced, and nothing
-else is rewritten (the server holds the rest).
+else is rewritten (the server holds the rest). Its results come without the calls they
+answer: those are taken from the thread's relayed replies (`cachepilot.proxy.calls`), so each
+result is reduced with its tool's profile and the loop memory compares its real arguments.
 """
 
 from __future__ import annotations
@@ -111,7 +115,10 @@ class Pipeline:
         view = memory.splices.expand(view)
         sources: list[Source | None] = list(view.sources)
         inputs = memory.intern(view.messages)
-        reduced = self.pilot.reduce_results(inputs, thread, recall=offer)
+        # A request continuing a server-held conversation answers calls it does not hold:
+        # those the thread's relayed replies made name its results.
+        known = memory.calls.answered(inputs) if view.stateful else None
+        reduced = self.pilot.reduce_results(inputs, thread, recall=offer, calls=known)
         if view.stateful:
             system, messages, out_tools = view.system, reduced, tools
         else:
@@ -180,6 +187,7 @@ class Pipeline:
         )
         if prepared.view.api != "anthropic":
             return body
+        body = memory.blocks.apply(body)  # the messages it marked before stay blocks
         written = read_view(body, "anthropic")
         request = Request(
             system=written.system,
@@ -217,6 +225,17 @@ class Pipeline:
             prepared.added_marks = []
             return unmarked
         prepared.unmarked = unmarked
+        raw = unmarked.get("messages")
+        raw = raw if isinstance(raw, list) else []
+        sources = written.sources
+        entries = [
+            raw[sources[i].index]
+            for i in added
+            if 0 <= i < len(sources) and sources[i].index < len(raw)
+        ]
+        if -1 in added:
+            entries.append({"role": "system", "content": unmarked.get("system")})
+        memory.apply(lambda: memory.blocks.add(entries))
         return body
 
 

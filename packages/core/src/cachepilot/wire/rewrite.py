@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cachepilot.messages import ContentPart, Message, ReasoningPart
+from cachepilot.messages import ContentPart, Message, ReasoningPart, TextPart
 from cachepilot.plan import FOLD_ID_PREFIX
 from cachepilot.wire._common import Api
 from cachepilot.wire.anthropic import anthropic_blocks
@@ -167,11 +167,82 @@ def write_view(
     return body
 
 
+def _cut_at_newlines(text: str, pieces: Sequence[str]) -> list[str] | None:
+    """Cut `text` (a rewrite of `pieces` joined by single newlines, as a message's text parts
+    are joined) back into as many pieces, as `split_like` does for blank lines: rewrites keep
+    every newline, so the cut points are found by counting them. None when they do not
+    line up."""
+    if len(pieces) <= 1:
+        return [text]
+    newlines = [i for i, c in enumerate(text) if c == "\n"]
+    out: list[str] = []
+    start = 0
+    seen = 0
+    for piece in pieces[:-1]:
+        seen += piece.count("\n")
+        if seen >= len(newlines):
+            return None
+        cut = newlines[seen]
+        out.append(text[start:cut])
+        start = cut + 1
+        seen += 1
+    out.append(text[start:])
+    if out[-1].count("\n") < pieces[-1].count("\n"):
+        return None
+    return out
+
+
 def _content_text(content: Any, text: str) -> Any:
-    """A system message's content with its text replaced (one text part stays a part)."""
-    if isinstance(content, list) and len(content) == 1 and isinstance(content[0], Mapping):
-        return [{**content[0], "text": text}]
-    return text
+    """A system message's content with its text replaced, in the client's form: a string
+    stays a string; a list keeps its parts (each text part its own piece of `text`, every
+    other field and part as sent). When the pieces cannot be told apart, the first text part
+    carries the whole text."""
+    if not isinstance(content, list):
+        return text
+    slots = [
+        k
+        for k, part in enumerate(content)
+        if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+    ]
+    if not slots:
+        return text
+    pieces = _cut_at_newlines(text, [content[k]["text"] for k in slots])
+    out = list(content)
+    if pieces is None:
+        out[slots[0]] = {**content[slots[0]], "text": text}
+        dropped = set(slots[1:])
+        return [part for k, part in enumerate(out) if k not in dropped]
+    for k, piece in zip(slots, pieces, strict=True):
+        out[k] = {**content[k], "text": piece}
+    return out
+
+
+def _rewritten_content(
+    message: Message, origin: Message, fresh: Any, original: Any, text_type: str
+) -> Any:
+    """A rewritten Chat or Responses message's content: text put in front of the client's
+    parts (the context block) as new text parts before the client's own parts, kept as
+    sent (every field, marks included); any other change in the client's form."""
+    prefix = _prefix_parts(message, origin) if isinstance(original, list) else None
+    if prefix and all(isinstance(p, TextPart) for p in prefix) and origin.parts:
+        head = [{"type": text_type, "text": p.text} for p in prefix if isinstance(p, TextPart)]
+        return [*head, *original]
+    return _client_form(fresh, original, text_type)
+
+
+def _client_form(new: Any, original: Any, text_type: str) -> Any:
+    """Content written from neutral form (`new`) in the form the client sent `original`: a
+    string where the client sent a list of parts becomes a list, its one text part with the
+    new text (the part's other fields kept), else one new text part. Anything else as is."""
+    if not isinstance(new, str) or not new or not isinstance(original, list):
+        return new
+    if (
+        len(original) == 1
+        and isinstance(original[0], Mapping)
+        and isinstance(original[0].get("text"), str)
+    ):
+        return [{**original[0], "text": new}]
+    return [{"type": text_type, "text": new}]
 
 
 def _write_chat(
@@ -202,7 +273,11 @@ def _write_chat(
         elif message is origin:
             out.append(raw[source.index])
         elif message.role in ("tool", "user", "system"):
-            out.append({**raw[source.index], "content": fresh["content"]})
+            entry = raw[source.index]
+            content = _rewritten_content(
+                message, origin, fresh["content"], entry.get("content"), "text"
+            )
+            out.append({**entry, "content": content})
         else:
             out.append(fresh)
     body["messages"] = out
@@ -251,9 +326,9 @@ def _write_responses(
         elif message.role in ("user", "system") and source.end == source.index + 1:
             fresh = responses_input([message])[0]
             item = items[source.index]
-            content = fresh["content"]
-            if isinstance(item.get("content"), list) and isinstance(content, str):
-                content = [{"type": "input_text", "text": content}]
+            content = _rewritten_content(
+                message, origin, fresh["content"], item.get("content"), "input_text"
+            )
             out.append({**item, "content": content})
         else:
             out.extend(responses_input([message]))
@@ -395,7 +470,10 @@ def _write_anthropic(
                 piece = [*head, *kept]
             else:
                 original = [] if isinstance(content, str) else [content[k] for k in source.blocks]
-                piece = _carry_marks(_anthropic_new(message)["content"], original)
+                made = _anthropic_new(message)["content"]
+                if isinstance(content, list):  # the client's blocks stay blocks
+                    made = _client_form(made, original, "text")
+                piece = _carry_marks(made, original)
         last = entries[-1] if entries else None
         if last is not None and last.origin == source.index:
             last.content = _as_blocks(last.content) + _as_blocks(piece)
