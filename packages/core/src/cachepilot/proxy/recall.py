@@ -24,11 +24,20 @@ from typing import Any
 from cachepilot.messages import Message, ToolCall
 from cachepilot.pilot import CachePilot
 from cachepilot.recall import DEFAULT_MAX_CHARS, RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA
-from cachepilot.wire import Api, BodyView, WireError, anthropic_tool, resplice, wire_messages
+from cachepilot.wire import (
+    Api,
+    BodyView,
+    WireError,
+    anthropic_tool,
+    gemini_tool,
+    resplice,
+    wire_messages,
+)
 
 __all__ = [
     "Splices",
     "answer",
+    "is_recall_part",
     "message_key",
     "recall_calls",
     "recall_tool",
@@ -48,6 +57,8 @@ def recall_tool(api: Api) -> dict[str, Any]:
         return schema
     if api == "responses":
         return {"type": "function", **schema["function"], "strict": False}
+    if api == "gemini":
+        return gemini_tool(schema)
     return anthropic_tool(schema)
 
 
@@ -102,6 +113,8 @@ def strip_recall(api: Api, body: Mapping[str, Any]) -> dict[str, Any]:
                 fixed["finish_reason"] = "stop"
             choices.append(fixed)
         out["choices"] = choices
+    elif api == "gemini":
+        out["candidates"] = [_gemini_without_recall(c) for c in body.get("candidates") or ()]
     elif api == "responses":
         out["output"] = [
             item
@@ -128,6 +141,21 @@ def strip_recall(api: Api, body: Mapping[str, Any]) -> dict[str, Any]:
         ):
             out["stop_reason"] = "end_turn"
     return out
+
+
+def is_recall_part(part: Any) -> bool:
+    """Whether a Gemini part is a `functionCall` of the recall tool."""
+    call = part.get("functionCall") if isinstance(part, Mapping) else None
+    return isinstance(call, Mapping) and call.get("name") == RECALL_TOOL_NAME
+
+
+def _gemini_without_recall(candidate: Any) -> Any:
+    content = candidate.get("content") if isinstance(candidate, Mapping) else None
+    if not isinstance(content, Mapping) or not isinstance(content.get("parts"), list):
+        return candidate
+    parts = content["parts"]
+    kept = [p for p in parts if not is_recall_part(p)] or [{"text": ""}]
+    return {**candidate, "content": {**content, "parts": kept}}
 
 
 def _is_recall_call(call: Any) -> bool:
@@ -269,7 +297,7 @@ class Splices:
                 key = str(entry["key"])
                 if "elements" in entry:
                     api = entry["api"]
-                    if api not in ("chat", "responses", "anthropic"):
+                    if api not in ("chat", "responses", "anthropic", "gemini"):
                         raise ValueError(api)
                     elements = tuple(dict(e) for e in entry["elements"])
                     out._items[key] = _Splice(api, elements)

@@ -2,13 +2,15 @@
 and Gemini `generateContent`.
 
 Request bodies are read into neutral messages (`read_chat`, `read_responses`,
-`read_anthropic`, `read_gemini`, or `parse_body` for any of them with detection, parameters and thread
-keys), strictly for a server that must answer like the API (the replay provider, the proxy)
-or leniently for diagnostics of recorded traffic. `read_view` / `write_view` read a body with
-the origin of every message and write changed messages back into it, keeping every field the
-client sent. Replies, streams and usage blocks are written deterministically; streams are
-read as they arrive (`EventSplitter`, `StreamReply`). The simulator, the replay provider,
-`explain`/`audit` and the proxy all read and write bodies through this package.
+`read_anthropic`, `read_gemini`, or `parse_body` for any of them with detection, parameters
+and thread keys), strictly for a server that must answer like the API (the replay provider,
+the proxy) or leniently for diagnostics of recorded traffic. `read_view` / `write_view` read
+a body with the origin of every message and write changed messages back into it, keeping
+every field the client sent. Replies, streams and usage blocks are written
+deterministically; streams are read as they arrive (`EventSplitter`, `StreamReply`). The
+simulator, the replay provider, `explain`/`audit` and the proxy all read and write bodies
+through this package.
+
 """
 
 from __future__ import annotations

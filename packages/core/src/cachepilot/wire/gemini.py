@@ -179,9 +179,7 @@ class GeminiTurn:
     parts: tuple[tuple[int, ...], ...]
 
 
-def read_turn(
-    entry: Any, where: str, previous: Sequence[ToolCall], reader: Reader
-) -> GeminiTurn:
+def read_turn(entry: Any, where: str, previous: Sequence[ToolCall], reader: Reader) -> GeminiTurn:
     """One `contents` entry (`previous`: the calls of the model turn before it)."""
     data = reader.obj(entry, where)
     if data is None:
@@ -278,12 +276,12 @@ def system_texts(body: Mapping[str, Any], reader: Reader) -> tuple[str, ...]:
     if not isinstance(parts, list):
         reader.fail("systemInstruction.parts must be a list of parts", "systemInstruction")
         return ()
-    return tuple(
-        str(p.get("text", "")) for p in parts if isinstance(p, Mapping) and "text" in p
-    )
+    return tuple(str(p.get("text", "")) for p in parts if isinstance(p, Mapping) and "text" in p)
 
 
-def gemini_tools(body: Mapping[str, Any], reader: Reader | None = None) -> tuple[dict[str, Any], ...]:
+def gemini_tools(
+    body: Mapping[str, Any], reader: Reader | None = None
+) -> tuple[dict[str, Any], ...]:
     """The body's tools flattened: each function declaration as its own entry (named, as the
     tool-ordering code reads them), each built-in tool (`googleSearch`, `codeExecution`) as
     the tool object without its declarations."""
@@ -330,9 +328,8 @@ def gemini_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
     if spec.get("description"):
         out["description"] = str(spec["description"])
     parameters = spec.get("parameters")
-    out["parametersJsonSchema"] = (
-        json.loads(json.dumps(parameters)) if isinstance(parameters, Mapping) else {"type": "object"}
-    )
+    schema_copy = json.loads(json.dumps(parameters)) if isinstance(parameters, Mapping) else None
+    out["parametersJsonSchema"] = schema_copy or {"type": "object"}
     return out
 
 
@@ -508,8 +505,9 @@ def gemini_chunks(
     if not pieces:
         pieces = [{"text": ""}]
     chunks: list[dict[str, Any]] = []
-    for n, piece in enumerate(pieces):
-        candidate: dict[str, Any] = {"content": {"role": "model", "parts": [piece]}, "index": 0}
+    for n, chunk_part in enumerate(pieces):
+        content = {"role": "model", "parts": [chunk_part]}
+        candidate: dict[str, Any] = {"content": content, "index": 0}
         last = n == len(pieces) - 1
         if last:
             candidate["finishReason"] = "STOP"

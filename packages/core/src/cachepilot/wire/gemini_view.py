@@ -120,10 +120,10 @@ def _changed_model(message: Message, origin: Message, raw: list[Any]) -> list[An
     """A changed model turn's parts: when only call arguments changed, the parts as received
     with those `args` replaced (signatures kept); else written from neutral form."""
     if message.parts != origin.parts or len(message.tool_calls) != len(origin.tool_calls):
-        return gemini_content(message)["parts"]
+        return list(gemini_content(message)["parts"])
     pairs = list(zip(message.tool_calls, origin.tool_calls, strict=True))
     if any(new.id != old.id or new.name != old.name for new, old in pairs):
-        return gemini_content(message)["parts"]
+        return list(gemini_content(message)["parts"])
     calls = iter(pairs)
     out: list[Any] = []
     for part in raw:
@@ -153,7 +153,7 @@ def _parts_of(
     if message.role == "assistant":
         return _changed_model(message, origin, own)
     if message.role == "tool":
-        return gemini_content(message)["parts"]
+        return list(gemini_content(message)["parts"])
     return _changed_user(message, origin, own)
 
 
@@ -162,6 +162,7 @@ def write_gemini(
     view: BodyView,
     system: str | None,
     pairs: Sequence[tuple[Message, Message | None, Source | None]],
+    *,
     tools: Sequence[Mapping[str, Any]] | None,
     pieces: Sequence[str] | None = None,
 ) -> None:

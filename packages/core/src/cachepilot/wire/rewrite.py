@@ -165,7 +165,7 @@ def write_view(
         _write_responses(body, view, system, pairs)
     elif view.api == "gemini":
         pieces = split_like(system or "", view.system_texts) if system is not None else None
-        write_gemini(body, view, system, pairs, tools, pieces)
+        write_gemini(body, view, system, pairs, tools=tools, pieces=pieces)
         return body
     else:
         _write_anthropic(body, view, system, pairs)

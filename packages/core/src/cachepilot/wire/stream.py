@@ -4,7 +4,9 @@
 can forward them untouched, and its JSON payload); `StreamReply` folds the events of one
 Chat Completions, Responses or Messages stream into the reply they carry: the assistant
 message (text, reasoning, tool calls with their ids and arguments), the usage and the id.
-Gemini chunks are folded by `cachepilot.wire.gemini_stream.GeminiReply`. Both are total: junk lines and unknown events are skipped, never raised on.
+Gemini chunks are folded by `cachepilot.wire.gemini_stream.GeminiReply`. Both are total:
+junk lines and unknown events are skipped, never raised on.
+
 """
 
 from __future__ import annotations
