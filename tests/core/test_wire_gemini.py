@@ -303,3 +303,26 @@ def test_explicit_cache_storage_is_priced_per_token_hour() -> None:
     assert get_profile("gemini-2.5-pro").explicit_ttl_seconds == 3600.0
     with pytest.raises(ValueError):
         storage_cost(-1, 10, pro)
+
+
+def test_audit_reads_a_gemini_request_log(tmp_path: Any) -> None:
+    from cachepilot.audit import audit_file
+
+    system = {"parts": [{"text": "You are a CLI agent. " * 600}]}
+    first = [{"role": "user", "parts": [{"text": "Fix the bug."}]}]
+    second = [*first, {"role": "model", "parts": [{"text": "Done."}]},
+              {"role": "user", "parts": [{"text": "Thanks."}]}]  # fmt: skip
+    path = "/v1beta/models/gemini-2.5-pro:streamGenerateContent"
+    log = tmp_path / "gemini.jsonl"
+    entries = [
+        {"url_path": path, "timestamp": 1_700_000_000.0 + i,
+         "request": {"systemInstruction": system, "contents": c}}
+        for i, c in enumerate([first, second])
+    ]  # fmt: skip
+    log.write_text("\n".join(json.dumps(e) for e in entries))
+    report = audit_file(log)
+    assert report.profile.name == "gemini-2.5-pro"
+    assert len(report.threads) == 1
+    calls = report.threads[0].calls
+    assert calls[0].simulated.cached_tokens == 0
+    assert calls[1].simulated.cached_tokens > 2048
