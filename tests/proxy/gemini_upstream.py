@@ -19,6 +19,7 @@ tools and contents) shared with an earlier request, / 4.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import threading
 import time
@@ -67,6 +68,15 @@ class GeminiUpstream:
 
     def bodies(self) -> list[dict[str, Any]]:
         return [r.body for r in self.requests]
+
+    def assert_append_only(self) -> None:
+        """Each body extends the one before: same system instruction and tools, and the
+        earlier contents as its prefix, byte for byte."""
+        for before, after in itertools.pairwise(self.bodies()):
+            assert after.get("systemInstruction") == before.get("systemInstruction")
+            assert after.get("tools") == before.get("tools")
+            n = len(before["contents"])
+            assert json.dumps(after["contents"][:n]) == json.dumps(before["contents"])
 
     # ------------------------------------------------------------------ rules
 

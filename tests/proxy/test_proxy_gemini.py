@@ -5,12 +5,11 @@ cachedContent."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
 import pytest
-from gemini_upstream import GeminiUpstream, gemini_upstream
+from gemini_upstream import gemini_upstream
 from google import genai
 from google.genai import types
 from proxy_helpers import running_proxy
@@ -100,17 +99,6 @@ def recall_answer(body: dict[str, Any]) -> Message:
     return Message("assistant", f"Line 1501 reads: {last['response']['output'].strip()}")
 
 
-def assert_append_only(upstream: GeminiUpstream) -> None:
-    """Each upstream body extends the one before: same system instruction and tools, and
-    the earlier contents as its prefix, byte for byte."""
-    bodies = upstream.bodies()
-    for before, after in itertools.pairwise(bodies):
-        assert after.get("systemInstruction") == before.get("systemInstruction")
-        assert after.get("tools") == before.get("tools")
-        n = len(before["contents"])
-        assert json.dumps(after["contents"][:n]) == json.dumps(before["contents"])
-
-
 @pytest.mark.parametrize("stream", [False, True])
 def test_gemini_recall_is_answered_by_the_proxy_and_spliced_append_only(stream: bool) -> None:
     replies: list[Any] = [
@@ -140,7 +128,7 @@ def test_gemini_recall_is_answered_by_the_proxy_and_spliced_append_only(stream: 
     # The tool result went up reduced, with the ref the model recalled.
     sent = bodies[1]["contents"][2]["parts"][0]["functionResponse"]["response"]["output"]
     assert len(sent) < len(BIG) and BIG_REF in sent and LINE not in sent
-    assert_append_only(upstream)
+    upstream.assert_append_only()
     # The recall exchange sits where the client resent the reply it was shown.
     assert [c["role"] for c in bodies[3]["contents"]] == [
         "user", "model", "user", "model", "user", "model", "user"
@@ -178,7 +166,7 @@ def test_gemini_mixed_recall_keeps_results_in_call_order(stream: bool) -> None:
     ]
     names = [p["functionResponse"]["name"] for p in answers["parts"]]
     assert names == ["bash", "recall"]
-    assert_append_only(upstream)
+    upstream.assert_append_only()
 
 
 def test_gemini_reports_the_upstream_prompt_token_count_unchanged() -> None:
