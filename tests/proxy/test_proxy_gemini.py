@@ -246,3 +246,42 @@ def test_gemini_keys_scope_threads_apart() -> None:
     assert len(threads) == 2
     assert len({t.split("/", 1)[0] for t in threads}) == 2
     assert [r.headers["x-goog-api-key"] for r in upstream.requests] == ["key-one", "key-two"]
+
+
+def test_gemini_volatile_date_stays_one_thread_with_a_byte_stable_instruction() -> None:
+    """A date in the system instruction that changes between two calls of one session: one
+    thread, the instruction sent byte-identical with a placeholder, and the value in the
+    dynamic-context block at the head of the first user turn (frozen until the thread's next
+    maintenance point, as in every format: `cachepilot.canonical`)."""
+    replies: list[Any] = [
+        Message("assistant", "Running the build.", tool_calls=(MAKE,)),
+        Message("assistant", FINAL),
+    ]
+    days = ("Friday, November 27, 2026", "Saturday, November 28, 2026")
+
+    def dated(day: str) -> types.GenerateContentConfig:
+        return config().model_copy(update={"system_instruction": f"Today is {day}.\n{SYSTEM}"})
+
+    with gemini_upstream(replies) as upstream, running_proxy(upstream.root) as proxy:
+        api = client(proxy.root)
+        history = [user("Build the project.")]
+        response = api.models.generate_content(
+            model="gemini-2.5-flash", contents=history, config=dated(days[0])
+        )
+        assert response.candidates and response.candidates[0].content
+        history += [response.candidates[0].content, results(("bash", "ok"))]
+        api.models.generate_content(
+            model="gemini-2.5-flash", contents=history, config=dated(days[1])
+        )
+        threads = proxy.engine.threads.names()
+    assert upstream.refusals == []
+    assert len(threads) == 1
+    first, second = upstream.bodies()
+    assert first["systemInstruction"] == second["systemInstruction"]
+    instruction = second["systemInstruction"]["parts"][0]["text"]
+    assert instruction.startswith("Today is {{date_1}}.")
+    (part,) = second["contents"][0]["parts"]
+    assert part["text"].startswith("<context>") and days[0] in part["text"]
+    assert part["text"].endswith("Build the project.")
+    n = len(first["contents"])
+    assert second["contents"][:n] == first["contents"]
