@@ -631,12 +631,16 @@ class ReplayProvider:
             wire_usage = gemini_usage(usage)
             final = gemini_response(reply, id=response_id, model=model, usage=wire_usage)
             chunks = gemini_chunks(reply, id=response_id, model=model, usage=wire_usage)
-            for payload in (final, *chunks):
-                # Every call part carries a signature, as Gemini 3 sends them.
-                for k, part in enumerate(payload["candidates"][0]["content"]["parts"]):
-                    if "functionCall" in part:
-                        signature = f"sig-replay-{index:05d}-{k}".encode()
-                        part["thoughtSignature"] = base64.b64encode(signature).decode()
+            for payloads in ((final,), chunks):
+                # Every call part carries a signature, as Gemini 3 sends them (the n-th call
+                # of the reply the same one, streamed or not).
+                calls = 0
+                for payload in payloads:
+                    for part in payload["candidates"][0]["content"]["parts"]:
+                        if "functionCall" in part:
+                            signature = f"sig-replay-{index:05d}-{calls}".encode()
+                            part["thoughtSignature"] = base64.b64encode(signature).decode()
+                            calls += 1
             if self._rules is not None:
                 self._rules.gemini.issued(final["candidates"][0]["content"]["parts"])
             if stream:
