@@ -326,3 +326,81 @@ def test_audit_reads_a_gemini_request_log(tmp_path: Any) -> None:
     calls = report.threads[0].calls
     assert calls[0].simulated.cached_tokens == 0
     assert calls[1].simulated.cached_tokens > 2048
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    turns=st.lists(
+        st.lists(st.sampled_from(["ls", "read", "bash"]), min_size=1, max_size=5),
+        min_size=1,
+        max_size=4,
+    ),
+    ids=st.booleans(),
+)
+def test_results_in_call_order_always_pair(turns: list[list[str]], ids: bool) -> None:
+    """Any history of call turns answered in call order (with or without ids) reads as a
+    paired transcript, every result answering the call at its position."""
+    from cachepilot.messages import check_pairing
+
+    contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "go"}]}]
+    for t, names in enumerate(turns):
+        calls = []
+        for k, name in enumerate(names):
+            call: dict[str, Any] = {"name": name, "args": {"k": k}}
+            if ids:
+                call["id"] = f"c{t}-{k}"
+            calls.append({"functionCall": call})
+        results = [
+            {"functionResponse": {"name": n, "response": {"output": f"{t}-{k}"},
+                                  **({"id": f"c{t}-{k}"} if ids else {})}}
+            for k, n in enumerate(names)
+        ]  # fmt: skip
+        contents += [{"role": "model", "parts": calls}, {"role": "user", "parts": results}]
+    _, messages, _ = read_gemini({"contents": contents})
+    check_pairing(messages)
+    by_id = {c.id: json.loads(c.arguments) for m in messages for c in m.tool_calls}
+    for message in messages:
+        if message.role == "tool":
+            _turn, k = message.text.split("-")
+            assert by_id[str(message.tool_call_id)] == {"k": int(k)}
+
+
+def test_a_huge_turn_pairs_every_result_once() -> None:
+    """Thousands of calls answered in reverse order by name (untrusted input): every result
+    pairs with a distinct call of its name."""
+    n = 6000
+    names = [f"tool_{i % 3000}" for i in range(n)]
+    calls = [{"functionCall": {"name": name, "args": {"i": i}}} for i, name in enumerate(names)]
+    results = [{"functionResponse": {"name": name, "response": {"output": str(i)}}}
+               for i, name in reversed(list(enumerate(names)))]  # fmt: skip
+    data = {"contents": [{"role": "user", "parts": [{"text": "go"}]},
+                         {"role": "model", "parts": calls},
+                         {"role": "user", "parts": results}]}  # fmt: skip
+    _, messages, _ = read_gemini(data)
+    tool_ids = [m.tool_call_id for m in messages if m.role == "tool"]
+    assert len(tool_ids) == n and len(set(tool_ids)) == n
+    joined = join_turns(data["contents"][1], {"parts": results[: n // 2]},
+                        {"role": "user", "parts": results[n // 2 :]})  # fmt: skip
+    assert [p["functionResponse"]["name"] for p in joined["parts"]] == names
+
+
+def test_odd_parts_are_read_leniently_and_kept() -> None:
+    data = {"contents": [
+        {"role": "user", "parts": [{"text": "see"}, {"inlineData": {"mimeType": "image/png",
+                                                                   "data": "iVBO"}},
+                                   {"fileData": {"mimeType": "video/mp4", "fileUri": "gs://v"}},
+                                   {"executableCode": {"code": "print(1)"}}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "x", "args": None}},
+                                    {"thought": True, "thoughtSignature": "c2ln"}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "x", "response": [1, 2]}}]},
+    ]}  # fmt: skip
+    view = read_view(data, "gemini")
+    first, reply, result = view.messages
+    assert [type(p).__name__ for p in first.parts] == [
+        "TextPart", "ImagePart", "TextPart", "TextPart"
+    ]  # fmt: skip
+    assert reply.tool_calls[0].arguments == "{}"
+    assert reply.parts == (ReasoningPart("", "c2ln"),)
+    assert result.text == "[1, 2]"
+    out = write_view(view, view.system, view.messages, list(view.tools))
+    assert json.dumps(out) == json.dumps(data)

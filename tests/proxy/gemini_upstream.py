@@ -58,8 +58,10 @@ class GeminiUpstream:
     replies: list[Reply]
     requests: list[Logged] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
-    signatures: dict[str, str] = field(default_factory=dict)
+    signatures: dict[str, set[str]] = field(default_factory=dict)
+    """The signatures issued per call (name and arguments: a call made twice has two)."""
     prefixes: list[str] = field(default_factory=list)
+    issued: int = 0
     port: int = 0
 
     @property
@@ -98,7 +100,7 @@ class GeminiUpstream:
             for part in calls:
                 key = _call_key(part["functionCall"])
                 issued = self.signatures.get(key)
-                if issued is not None and part.get("thoughtSignature") != issued:
+                if issued is not None and part.get("thoughtSignature") not in issued:
                     return f"contents[{i}]: a function call lost its thought signature"
             if not calls:
                 continue
@@ -148,8 +150,9 @@ class GeminiUpstream:
         for part in parts:
             if "functionCall" in part:
                 # Base64, as the API sends signatures (the SDK decodes them to bytes).
-                signature = base64.b64encode(f"sig-{len(self.signatures)}".encode()).decode()
-                self.signatures[_call_key(part["functionCall"])] = signature
+                self.issued += 1
+                signature = base64.b64encode(f"sig-{self.issued}".encode()).decode()
+                self.signatures.setdefault(_call_key(part["functionCall"]), set()).add(signature)
                 part["thoughtSignature"] = signature
 
 

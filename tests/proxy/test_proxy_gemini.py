@@ -285,3 +285,29 @@ def test_gemini_volatile_date_stays_one_thread_with_a_byte_stable_instruction() 
     assert part["text"].endswith("Build the project.")
     n = len(first["contents"])
     assert second["contents"][:n] == first["contents"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_gemini_repeated_call_next_to_recall_is_spliced(stream: bool) -> None:
+    """The model repeats a call it made before (same name and arguments, no ids) next to a
+    recall: the reply the client resends is still recognised and spliced, append-only."""
+    replies: list[Any] = [
+        Message("assistant", "Running the build.", tool_calls=(MAKE,)),
+        Message("assistant", "Once more, and the log.", tool_calls=(MAKE, RECALL)),
+        Message("assistant", FINAL),
+    ]
+    with gemini_upstream(replies) as upstream, running_proxy(upstream.root) as proxy:
+        api = client(proxy.root)
+        history = [user("Build the project.")]
+        first = ask(api, history, stream=stream)
+        history += [first, results(("bash", BIG))]
+        second = ask(api, history, stream=stream)
+        assert calls_of(second) == ["bash"]
+        history += [second, results(("bash", "built again"))]
+        third = ask(api, history, stream=stream)
+        assert FINAL in "".join(p.text or "" for p in third.parts or ())
+    assert upstream.refusals == []
+    upstream.assert_append_only()
+    last = upstream.bodies()[-1]["contents"]
+    names = [p["functionResponse"]["name"] for p in last[-1]["parts"]]
+    assert names == ["bash", "recall"]

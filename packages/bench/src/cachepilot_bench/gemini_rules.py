@@ -38,7 +38,7 @@ class GeminiRules:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._signatures: dict[str, str] = {}
+        self._signatures: dict[str, set[str]] = {}  # per call (a call made twice has two)
 
     def issued(self, parts: Sequence[Mapping[str, Any]]) -> None:
         """Remember the signatures of the call parts of a reply."""
@@ -47,7 +47,7 @@ class GeminiRules:
                 call = part.get("functionCall")
                 signature = part.get("thoughtSignature")
                 if isinstance(call, Mapping) and isinstance(signature, str):
-                    self._signatures[_call_key(call)] = signature
+                    self._signatures.setdefault(_call_key(call), set()).add(signature)
 
     def check(self, body: Mapping[str, Any]) -> None:
         """Raise `WireError` with the API's message when `body` breaks a rule."""
@@ -82,7 +82,7 @@ class GeminiRules:
                 if not isinstance(call, Mapping):
                     continue
                 issued = self._signatures.get(_call_key(call))
-                if issued is not None and part.get("thoughtSignature") != issued:
+                if issued is not None and part.get("thoughtSignature") not in issued:
                     raise WireError(
                         f"Function call is missing a thought_signature in functionCall parts "
                         f"(contents[{i}])",

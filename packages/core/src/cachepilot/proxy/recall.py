@@ -33,6 +33,7 @@ from cachepilot.wire import (
     resplice,
     wire_messages,
 )
+from cachepilot.wire.gemini import SYNTHETIC_ID_PREFIX
 
 __all__ = [
     "Splices",
@@ -168,15 +169,20 @@ def message_key(message: Message) -> str:
 
     Its tool calls (ids, names and arguments as JSON values) and its text with all whitespace
     removed: clients re-serialize replies (join text blocks, reformat argument JSON), and
-    these survive that.
+    these survive that. A Gemini call without an id counts by its synthetic id without the
+    ordinal (a reply read alone and the same reply read in its history number equal calls
+    from different starts).
     """
     h = hashlib.sha256()
     for call in message.tool_calls:
+        call_id = call.id
+        if call_id.startswith(SYNTHETIC_ID_PREFIX):
+            call_id = call_id.rsplit("-", 1)[0]
         try:
             arguments = json.dumps(json.loads(call.arguments), sort_keys=True)
         except (TypeError, ValueError):
             arguments = call.arguments
-        h.update(f"{call.id}\x00{call.name}\x00{arguments}\x01".encode("utf-8", "surrogatepass"))
+        h.update(f"{call_id}\x00{call.name}\x00{arguments}\x01".encode("utf-8", "surrogatepass"))
     h.update("".join(message.text.split()).encode("utf-8", "surrogatepass"))
     return h.hexdigest()[:32]
 

@@ -11,7 +11,8 @@ with their `thoughtSignature`, `functionCall` parts as tool calls); a `user` tur
 tool message per `functionResponse` part, then one user message for its other parts (text,
 `inlineData` and `fileData` images; other parts as their JSON text, which is what the
 provider counts). Gemini calls carry no id unless the model gives one: a call without one
-gets a stable synthetic id (`SYNTHETIC_ID_PREFIX`, a digest of its name and arguments), and
+gets a stable synthetic id (`SYNTHETIC_ID_PREFIX`, a digest of its name and arguments, then
+the count of equal calls before it in the body, so a command run twice gets two ids), and
 a `functionResponse` pairs with the call of the turn before by id, else by its position
 among the responses of the same name (Gemini answers calls in call order). Everything the
 neutral form does not hold (signatures on call parts, unknown fields) stays in the body: the
@@ -25,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -107,7 +109,8 @@ def _digest(*parts: str) -> str:
 
 
 def call_of(part: Mapping[str, Any], seen: dict[str, int]) -> ToolCall:
-    """The tool call of a `functionCall` part (`seen` counts equal calls of its turn)."""
+    """The tool call of a `functionCall` part (`seen` counts the equal calls read before it:
+    the same call made twice in a conversation gets two ids)."""
     call = part.get("functionCall")
     call = call if isinstance(call, Mapping) else {}
     name = str(call.get("name") or "")
@@ -179,8 +182,15 @@ class GeminiTurn:
     parts: tuple[tuple[int, ...], ...]
 
 
-def read_turn(entry: Any, where: str, previous: Sequence[ToolCall], reader: Reader) -> GeminiTurn:
-    """One `contents` entry (`previous`: the calls of the model turn before it)."""
+def read_turn(
+    entry: Any,
+    where: str,
+    previous: Sequence[ToolCall],
+    reader: Reader,
+    seen: dict[str, int] | None = None,
+) -> GeminiTurn:
+    """One `contents` entry (`previous`: the calls of the model turn before it; `seen`: the
+    equal calls counted so far in the body, for synthetic ids)."""
     data = reader.obj(entry, where)
     if data is None:
         return GeminiTurn((), ())
@@ -200,7 +210,7 @@ def read_turn(entry: Any, where: str, previous: Sequence[ToolCall], reader: Read
     if role == "model":
         content: list[ContentPart] = []
         calls: list[ToolCall] = []
-        seen: dict[str, int] = {}
+        seen = {} if seen is None else seen
         for _, part in parts:
             if isinstance(part.get("functionCall"), Mapping):
                 calls.append(call_of(part, seen))
@@ -211,15 +221,14 @@ def read_turn(entry: Any, where: str, previous: Sequence[ToolCall], reader: Read
     messages: list[Message] = []
     origins: list[tuple[int, ...]] = []
     rest: list[tuple[int, Mapping[str, Any]]] = []
-    used: set[int] = set()
-    by_name: dict[str, int] = {}
+    pairing = _Pairing(previous)
     for k, part in parts:
         result = part.get("functionResponse")
         if not isinstance(result, Mapping):
             rest.append((k, part))
             continue
         name = str(result.get("name") or "")
-        call_id = _pair(result, name, previous, used, by_name)
+        call_id = pairing.pair(result, name)
         messages.append(
             Message(
                 role="tool",
@@ -236,30 +245,37 @@ def read_turn(entry: Any, where: str, previous: Sequence[ToolCall], reader: Read
     return GeminiTurn(tuple(messages), tuple(origins))
 
 
-def _pair(
-    result: Mapping[str, Any],
-    name: str,
-    previous: Sequence[ToolCall],
-    used: set[int],
-    by_name: dict[str, int],
-) -> str:
-    """The id of the call a `functionResponse` answers: the call of the turn before with its
-    id, else the next unanswered call of its name, else a synthetic id from the name."""
-    given = result.get("id")
-    if isinstance(given, str) and given:
-        for i, call in enumerate(previous):
-            if call.id == given and i not in used:
-                used.add(i)
-                return call.id
-    start = by_name.get(name, 0)
-    for i in range(start, len(previous)):
-        if i not in used and previous[i].name == name:
-            used.add(i)
-            by_name[name] = i + 1
-            return previous[i].id
-    if isinstance(given, str) and given:
-        return given
-    return f"{SYNTHETIC_ID_PREFIX}{_digest('orphan', name)}"
+class _Pairing:
+    """Pairs the results of one user turn with the calls of the model turn before it, in
+    time linear in both (each call is looked up by id or taken from its name's queue once)."""
+
+    def __init__(self, calls: Sequence[ToolCall]) -> None:
+        self._calls = calls
+        self._used: set[int] = set()
+        self._by_id: dict[str, int] = {}
+        self._by_name: dict[str, deque[int]] = {}
+        for i, call in enumerate(calls):
+            self._by_id.setdefault(call.id, i)
+            self._by_name.setdefault(call.name, deque()).append(i)
+
+    def pair(self, result: Mapping[str, Any], name: str) -> str:
+        """The id of the call a `functionResponse` answers: the call of the turn before
+        with its id, else the next unanswered call of its name, else a synthetic id."""
+        given = result.get("id")
+        if isinstance(given, str) and given:
+            i = self._by_id.get(given)
+            if i is not None and i not in self._used:
+                self._used.add(i)
+                return self._calls[i].id
+        queue = self._by_name.get(name)
+        while queue:
+            i = queue.popleft()
+            if i not in self._used:
+                self._used.add(i)
+                return self._calls[i].id
+        if isinstance(given, str) and given:
+            return given
+        return f"{SYNTHETIC_ID_PREFIX}{_digest('orphan', name)}"
 
 
 def system_texts(body: Mapping[str, Any], reader: Reader) -> tuple[str, ...]:
@@ -352,8 +368,9 @@ def read_gemini(
     messages: list[Message] = []
     origins: list[tuple[int, tuple[int, ...]]] = []
     previous: tuple[ToolCall, ...] = ()
+    seen: dict[str, int] = {}
     for i, entry in enumerate(raw):
-        turn = read_turn(entry, f"contents[{i}]", previous, reader)
+        turn = read_turn(entry, f"contents[{i}]", previous, reader, seen)
         for message, parts in zip(turn.messages, turn.parts, strict=True):
             messages.append(message)
             origins.append((i, parts))

@@ -72,6 +72,7 @@ class GeminiReply:
         self.usage_block: dict[str, Any] = {}
         self.model: str | None = None
         self._parts: list[dict[str, Any]] = []
+        self._texts: list[list[str]] = []  # per part, its text pieces (joined once)
         self._finish: Any = None
         self._candidate: dict[str, Any] = {}
 
@@ -104,11 +105,12 @@ class GeminiReply:
             and _text_kind(last) is kind
             and "thoughtSignature" not in last
         ):
-            last["text"] += part["text"]
+            self._texts[-1].append(part["text"])
             if "thoughtSignature" in part:
                 last["thoughtSignature"] = part["thoughtSignature"]
             return
         self._parts.append(dict(part))
+        self._texts.append([part["text"]] if kind is not None else [])
 
     @property
     def usage(self) -> Usage | None:
@@ -117,8 +119,11 @@ class GeminiReply:
 
     def payload(self) -> dict[str, Any]:
         """The non-streamed response the chunks add up to."""
+        parts = []
+        for part, texts in zip(self._parts, self._texts, strict=True):
+            parts.append({**part, "text": "".join(texts)} if texts else dict(part))
         candidate: dict[str, Any] = {
-            "content": {"role": "model", "parts": [dict(p) for p in self._parts]},
+            "content": {"role": "model", "parts": parts},
             **self._candidate,
         }
         if self._finish is not None:

@@ -14,6 +14,7 @@ written from neutral form. A body naming a `cachedContent` never gains a
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -241,20 +242,31 @@ def join_turns(
     parts = [*(first.get("parts") or ()), *(second.get("parts") or ())]
     results = [p for p in parts if isinstance(p, Mapping) and "functionResponse" in p]
     others = [p for p in parts if not (isinstance(p, Mapping) and "functionResponse" in p)]
+    # Each result is found once, by id or from its name's queue: linear in both turns.
+    by_id: dict[str, int] = {}
+    by_name: dict[str, deque[int]] = {}
+    for k, part in enumerate(results):
+        inner = part["functionResponse"]
+        if isinstance(inner, Mapping):
+            if isinstance(inner.get("id"), str):
+                by_id.setdefault(inner["id"], k)
+            by_name.setdefault(str(inner.get("name") or ""), deque()).append(k)
+    taken: set[int] = set()
     ordered: list[Any] = []
-    left = list(results)
     for call_id, name in _call_order(model):
-        found = None
-        for part in left:
-            inner = part["functionResponse"]
-            if call_id is not None and inner.get("id") == call_id:
-                found = part
-                break
-        if found is None:
-            found = next((p for p in left if p["functionResponse"].get("name") == name), None)
+        found = by_id.get(call_id) if call_id is not None else None
+        if found is None or found in taken:
+            queue = by_name.get(name)
+            found = None
+            while queue:
+                candidate = queue.popleft()
+                if candidate not in taken:
+                    found = candidate
+                    break
         if found is not None:
-            left.remove(found)
-            ordered.append(found)
+            taken.add(found)
+            ordered.append(results[found])
+    left = [part for k, part in enumerate(results) if k not in taken]
     return {**second, "parts": [*ordered, *left, *others]}
 
 
