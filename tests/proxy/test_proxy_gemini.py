@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 from gemini_upstream import gemini_upstream
 from google import genai
@@ -311,3 +312,17 @@ def test_gemini_repeated_call_next_to_recall_is_spliced(stream: bool) -> None:
     last = upstream.bodies()[-1]["contents"]
     names = [p["functionResponse"]["name"] for p in last[-1]["parts"]]
     assert names == ["bash", "recall"]
+
+
+def test_gemini_query_key_scopes_threads_and_is_forwarded() -> None:
+    """A key sent as `?key=` scopes threads like the header does, and reaches the upstream
+    unchanged in the query."""
+    replies: list[Any] = [Message("assistant", "One."), Message("assistant", "Two.")]
+    body = {"contents": [{"role": "user", "parts": [{"text": "Hi."}]}]}
+    with gemini_upstream(replies) as upstream, running_proxy(upstream.root) as proxy:
+        url = f"{proxy.root}/v1beta/models/gemini-2.5-flash:generateContent"
+        answers = [httpx.post(url, params={"key": k}, json=body, timeout=30) for k in "ab"]
+        threads = proxy.engine.threads.names()
+    assert [a.status_code for a in answers] == [200, 200]
+    assert len({t.split("/", 1)[0] for t in threads}) == 2
+    assert [r.query for r in upstream.requests] == ["key=a", "key=b"]
