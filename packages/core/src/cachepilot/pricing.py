@@ -188,6 +188,18 @@ PRICES: dict[str, Price] = {
             source_date="2026-07-04",
         ),
         Price(
+            # The input and output rates as Google AI Studio listed them; the cached rate is
+            # 0.1x input like every Gemini 2.5+ row, storage the Pro rate of 2.5 Pro.
+            "gemini-3-pro",
+            miss_per_m=2.00,
+            hit_per_m=0.20,
+            output_per_m=12.00,
+            storage_per_m_hour=4.50,
+            source=_GEMINI + " (gemini-3-pro-preview, <= 200k tokens; cached and storage "
+            "rates assumed from the 2.5 rows' ratios)",
+            source_date="2026-02-04",
+        ),
+        Price(
             # Self-hosted: there is no list price. Nominal rates with the same 10:1 miss:hit
             # ratio as hosted providers, so relative savings stay comparable.
             "vllm-nominal",

@@ -146,7 +146,11 @@ _GEMINI_IMPLICIT = (
     "(`cachedContents`): a resource holding a prefix, default TTL 1 h, read at the same 0.1x, "
     "billed {storage} USD per million tokens per hour of its TTL; a request naming one sends "
     "no systemInstruction, tools or toolConfig. Sources: ai.google.dev/gemini-api/docs/"
-    "caching and ai.google.dev/gemini-api/docs/pricing."
+    "caching and ai.google.dev/gemini-api/docs/pricing. Calibration: the hits are an upper "
+    "bound; on recorded Gemini 3 Pro sessions (mini-swe-agent, 15 sessions, 635 calls after "
+    "the first) the provider served 85.1 % of input tokens from cache where these rules "
+    "predict 95.5 %: 9 % of calls missed fully and the median hit covered 92 % of the "
+    "previous prompt (see `cachepilot_bench.calibrate`)."
 )
 
 
@@ -323,6 +327,7 @@ PROFILES: dict[str, ProviderProfile] = {
         _gemini("gemini-2.5-flash", "Gemini 2.5 Flash", 2048),
         _gemini("gemini-2.5-pro", "Gemini 2.5 Pro", 2048),
         _gemini("gemini-3-flash", "Gemini 3 Flash", 4096),
+        _gemini("gemini-3-pro", "Gemini 3 Pro", 4096),
     )
 }
 
