@@ -2,7 +2,8 @@
 
 It answers `:generateContent` and `:streamGenerateContent?alt=sse` with the next scripted
 reply, gives every `functionCall` part it sends a `thoughtSignature`, logs each request
-(path, headers, body) and refuses with 400 `INVALID_ARGUMENT`, as the real API does:
+(path, query, headers, body) and refuses with 400 `INVALID_ARGUMENT` what the real API
+refuses (`cachepilot_bench.gemini_rules`):
 
 - a request naming a `cachedContent` that also sends `systemInstruction`, `tools` or
   `toolConfig`;
@@ -36,7 +37,8 @@ from starlette.routing import Route
 
 from cachepilot.messages import Message
 from cachepilot.usage import Usage
-from cachepilot.wire import gemini_chunks, gemini_response, gemini_usage
+from cachepilot.wire import WireError, gemini_chunks, gemini_response, gemini_usage
+from cachepilot_bench.gemini_rules import GeminiRules
 
 Reply = Message | Callable[[dict[str, Any]], Message]
 
@@ -58,8 +60,8 @@ class GeminiUpstream:
     replies: list[Reply]
     requests: list[Logged] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
-    signatures: dict[str, set[str]] = field(default_factory=dict)
-    """The signatures issued per call (name and arguments: a call made twice has two)."""
+    rules: GeminiRules = field(default_factory=GeminiRules)
+    """Gemini's request rules, with the signatures this server issued."""
     prefixes: list[str] = field(default_factory=list)
     issued: int = 0
     port: int = 0
@@ -83,42 +85,12 @@ class GeminiUpstream:
     # ------------------------------------------------------------------ rules
 
     def check(self, body: dict[str, Any]) -> str | None:
-        """Why the real API would refuse `body` (None: it would take it)."""
-        if body.get("cachedContent") is not None:
-            for name in ("systemInstruction", "tools", "toolConfig"):
-                if name in body:
-                    return f"{name} must not be set together with cachedContent"
-        contents = body.get("contents")
-        if not isinstance(contents, list) or not contents:
-            return "contents must be a non-empty list"
-        if contents[-1].get("role", "user") != "user":
-            return "the last content must be a user turn"
-        for i, turn in enumerate(contents):
-            if turn.get("role") != "model":
-                continue
-            calls = [p for p in turn.get("parts", []) if "functionCall" in p]
-            for part in calls:
-                key = _call_key(part["functionCall"])
-                issued = self.signatures.get(key)
-                if issued is not None and part.get("thoughtSignature") not in issued:
-                    return f"contents[{i}]: a function call lost its thought signature"
-            if not calls:
-                continue
-            after = contents[i + 1] if i + 1 < len(contents) else None
-            if after is None or after.get("role", "user") != "user":
-                return f"contents[{i}]: function calls must be answered by the next user turn"
-            results = [p["functionResponse"] for p in after["parts"] if "functionResponse" in p]
-            if len(results) != len(calls):
-                return (
-                    f"contents[{i + 1}]: {len(results)} function responses for "
-                    f"{len(calls)} function calls"
-                )
-            for call, result in zip(calls, results, strict=True):
-                inner = call["functionCall"]
-                if inner.get("name") != result.get("name"):
-                    return f"contents[{i + 1}]: function responses out of call order"
-                if inner.get("id") and inner["id"] != result.get("id"):
-                    return f"contents[{i + 1}]: a function response answers an unknown id"
+        """Why the real API would refuse `body` (None: it would take it): the bench's
+        `GeminiRules`, with the signatures this server issued."""
+        try:
+            self.rules.check(body)
+        except WireError as exc:
+            return str(exc)
         return None
 
     # ------------------------------------------------------------------ answering
@@ -152,12 +124,8 @@ class GeminiUpstream:
                 # Base64, as the API sends signatures (the SDK decodes them to bytes).
                 self.issued += 1
                 signature = base64.b64encode(f"sig-{self.issued}".encode()).decode()
-                self.signatures.setdefault(_call_key(part["functionCall"]), set()).add(signature)
                 part["thoughtSignature"] = signature
-
-
-def _call_key(call: dict[str, Any]) -> str:
-    return json.dumps([call.get("name"), call.get("args")], sort_keys=True)
+        self.rules.issued(parts)
 
 
 def _app(state: GeminiUpstream) -> Starlette:
