@@ -326,3 +326,31 @@ def test_gemini_query_key_scopes_threads_and_is_forwarded() -> None:
     assert [a.status_code for a in answers] == [200, 200]
     assert len({t.split("/", 1)[0] for t in threads}) == 2
     assert [r.query for r in upstream.requests] == ["key=a", "key=b"]
+
+
+def test_gemini_vertex_path_is_served_and_a_json_array_stream_passes_through() -> None:
+    """The Vertex path gets the same treatment (the recall declaration offered); a stream
+    asked for without `alt=sse` (one JSON array the proxy does not read) is forwarded as
+    sent."""
+    replies: list[Any] = [Message("assistant", "One."), Message("assistant", "Two.")]
+    body = {
+        "systemInstruction": {"parts": [{"text": SYSTEM}]},
+        "contents": [{"role": "user", "parts": [{"text": "Hi."}]}],
+        "tools": [{"functionDeclarations": [BASH.model_dump(mode="json", exclude_none=True,
+                                                            by_alias=True)]}],
+    }  # fmt: skip
+    vertex = "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-pro"
+    with gemini_upstream(replies) as upstream, running_proxy(upstream.root) as proxy:
+        served = httpx.post(f"{proxy.root}{vertex}:generateContent", json=body, timeout=30)
+        raw = httpx.post(
+            f"{proxy.root}/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+            json=body,
+            headers={"x-goog-api-key": "k"},
+            timeout=30,
+        )
+    assert served.status_code == raw.status_code == 200
+    first, second = upstream.bodies()
+    assert upstream.requests[0].path == f"{vertex}:generateContent"
+    names = [d["name"] for d in first["tools"][0]["functionDeclarations"]]
+    assert names == ["bash", "recall"]
+    assert second == body  # not read, not rewritten
