@@ -128,3 +128,14 @@ def test_gemini_rules_refuse_what_the_api_refuses() -> None:
     assert "thought_signature" in rules.refusals[0]
     assert "order" in rules.refusals[1]
     assert "CachedContent" in rules.refusals[2]
+
+
+def test_count_tokens_counts_without_serving() -> None:
+    with ReplayProvider(script(), "gemini-2.5-flash") as provider:
+        root = provider.base_url.removesuffix("/v1")
+        api = genai.Client(api_key="k", http_options=types.HttpOptions(base_url=root))
+        short = api.models.count_tokens(model="gemini-2.5-flash", contents="Build.")
+        long = api.models.count_tokens(model="gemini-2.5-flash", contents="Build. " * 500)
+        assert provider.records == []  # counting is not a model call
+    assert short.total_tokens is not None and long.total_tokens is not None
+    assert 0 < short.total_tokens < long.total_tokens

@@ -293,7 +293,8 @@ class ReplayProvider:
     Endpoints: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages` (the
     Anthropic Messages API; all three with `stream`), Gemini's
     `POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent` (server-sent
-    events; every call part carries a `thoughtSignature`), and `GET /v1/models`. Messages usage
+    events; every call part carries a `thoughtSignature`) and `:countTokens`, and
+    `GET /v1/models`. Messages usage
     follows the request's `cache_control` breakpoints under a breakpoint profile
     (`anthropic`, `anthropic-1h`). Each model request consumes the next turn; requests are
     handled one at a time, so the turn order is the arrival order. Usage comes from a
@@ -484,6 +485,8 @@ class ReplayProvider:
         gemini = gemini_path(path)
         if gemini is not None and gemini.call:
             return self._parse_and_serve("gemini", method, path, raw)
+        if gemini is not None and gemini.method == "countTokens" and method == "POST":
+            return self._count_tokens(path, raw)
         if path in _CHAT_PATHS or path in _RESPONSES_PATHS or path in _MESSAGES_PATHS:
             api: Api = (
                 "chat"
@@ -501,6 +504,21 @@ class ReplayProvider:
                 kind="not_found_error",
             ),
         )
+
+    def _count_tokens(self, path: str, raw: bytes) -> Response:
+        """Gemini `countTokens`: the prompt tokens of `contents` (or of a whole
+        `generateContentRequest`) as this provider renders them; nothing is served."""
+        try:
+            body = json.loads(raw.decode("utf-8"))
+            if not isinstance(body, dict):
+                raise ValueError("not a JSON object")
+            inner = body.get("generateContentRequest")
+            request = parse_body(inner if isinstance(inner, dict) else body, api="gemini",
+                                 url_path=path).request  # fmt: skip
+        except (UnicodeDecodeError, ValueError) as exc:
+            return _error("gemini", 400, f"countTokens body is not readable: {exc}")
+        total = self._sim.render(request).total_tokens
+        return _json(200, {"totalTokens": total})
 
     def _parse_and_serve(self, api: Api, method: str, path: str, raw: bytes) -> Response:
         if method != "POST":
