@@ -1,6 +1,6 @@
 """The real clients: installing them into the scratch cache and running them on the task.
 
-Pinned versions (`CLAUDE_CODE`, `CODEX`, `MINI_SWE_AGENT`) are installed once into
+Pinned versions (`CLAUDE_CODE`, `CODEX`, `GEMINI_CLI`, `MINI_SWE_AGENT`) are installed once into
 `.cache/real_clients/` (ignored by git): npm packages with `npm install`, mini-swe-agent into
 its own virtual environment with `uv`, never into the project's lock. Each runner gets a base
 URL (the scripted upstream or the proxy in front of it), the scratch repository and a private
@@ -27,6 +27,7 @@ __all__ = [
     "CLAUDE_CODE",
     "CLIENTS",
     "CODEX",
+    "GEMINI_CLI",
     "MINI_SWE_AGENT",
     "Client",
     "ClientRun",
@@ -36,6 +37,7 @@ __all__ = [
 
 CLAUDE_CODE = "2.0.50"
 CODEX = "0.171.0"
+GEMINI_CLI = "0.61.0"
 MINI_SWE_AGENT = "2.4.6"
 TIMEOUT = 240
 
@@ -66,7 +68,7 @@ class Client:
 
     name: str
     api: str
-    """`anthropic`, `chat` or `responses`: the wire format it speaks."""
+    """`anthropic`, `chat`, `responses` or `gemini`: the wire format it speaks."""
     plan: str
     """Key of its tool plan in `scripted.PLANS`."""
     needs: str
@@ -109,7 +111,11 @@ def _install_npm(cache: Path) -> Path:
     root = cache / "npm"
     bins = root / "node_modules" / ".bin"
     stamp = root / "installed.json"
-    wanted = {"@anthropic-ai/claude-code": CLAUDE_CODE, "@openai/codex": CODEX}
+    wanted = {
+        "@anthropic-ai/claude-code": CLAUDE_CODE,
+        "@openai/codex": CODEX,
+        "@google/gemini-cli": GEMINI_CLI,
+    }
     if stamp.is_file() and json.loads(stamp.read_text()) == wanted and bins.is_dir():
         return bins
     if shutil.which("npm") is None:
@@ -215,6 +221,54 @@ def run_claude_code(cache: Path, root: str, repo: Path, home: Path) -> ClientRun
         result = json.loads(done.stdout)
         answer = str(result.get("result", ""))
         if result.get("is_error"):
+            return ClientRun(1, answer, log=_tail(done.stdout + done.stderr))
+    except ValueError:
+        pass
+    return ClientRun(done.returncode, answer, log=_tail(done.stdout + done.stderr))
+
+
+_GEMINI_SETTINGS = {
+    # `-p` needs the auth type named in 0.61 ("Invalid auth method selected" otherwise).
+    "security": {"auth": {"selectedType": "gemini-api-key"}},
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+}
+
+
+def run_gemini_cli(cache: Path, root: str, repo: Path, home: Path) -> ClientRun:
+    """`gemini -p --yolo` with GOOGLE_GEMINI_BASE_URL, a dummy key and its settings."""
+    bins = install_npm(cache)
+    env = _quiet_env(home)
+    settings = home / ".gemini" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text(json.dumps(_GEMINI_SETTINGS))
+    env.update(GOOGLE_GEMINI_BASE_URL=root, GEMINI_API_KEY="gm-dummy", GEMINI_CLI_NO_RELAUNCH="1")
+    done = subprocess.run(
+        [
+            str(bins / "gemini"),
+            "-p",
+            PROMPT,
+            "--yolo",
+            "--skip-trust",
+            "-m",
+            "gemini-2.5-flash",
+            "--output-format",
+            "json",
+        ],
+        cwd=repo,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    answer = ""
+    try:
+        result = json.loads(done.stdout)
+        answer = str(result.get("response", ""))
+        if result.get("error"):
             return ClientRun(1, answer, log=_tail(done.stdout + done.stderr))
     except ValueError:
         pass
@@ -352,6 +406,7 @@ CLIENTS: dict[str, Client] = {
         Client("codex", "responses", "codex", "npm", run_codex),
         Client("codex-parallel", "responses", "codex-parallel", "npm", run_codex),
         Client("mini-swe-agent", "chat", "mini-swe-agent", "pypi", run_mini_swe_agent),
+        Client("gemini-cli", "gemini", "gemini-cli", "npm", run_gemini_cli),
         Client(
             "openai-chat",
             "chat",

@@ -43,6 +43,7 @@ from clients import (  # noqa: E402
     CLAUDE_CODE,
     CLIENTS,
     CODEX,
+    GEMINI_CLI,
     MINI_SWE_AGENT,
     Client,
     ClientRun,
@@ -65,11 +66,13 @@ PROFILES = {
     "anthropic": "anthropic",
     "chat": "openai-gpt-5.4-mini",
     "responses": "openai-gpt-5.4-mini",
+    "gemini": "gemini-2.5-flash",
 }
 VERSIONS = {
     "claude-code": f"@anthropic-ai/claude-code {CLAUDE_CODE}",
     "codex": f"@openai/codex {CODEX}",
     "mini-swe-agent": f"mini-swe-agent {MINI_SWE_AGENT} (litellm)",
+    "gemini-cli": f"@google/gemini-cli {GEMINI_CLI}",
 }
 
 
@@ -195,6 +198,12 @@ def _metrics(root: str) -> dict[str, float]:
 def _tool_names(body: Mapping[str, Any]) -> set[str]:
     names: set[str] = set()
     for tool in body.get("tools") or []:
+        if isinstance(tool, Mapping) and isinstance(tool.get("functionDeclarations"), list):
+            names.update(
+                str(d["name"]) for d in tool["functionDeclarations"]
+                if isinstance(d, Mapping) and "name" in d
+            )  # fmt: skip
+            continue
         if isinstance(tool, Mapping):
             function = tool.get("function")
             name = function.get("name") if isinstance(function, Mapping) else tool.get("name")
@@ -219,6 +228,8 @@ def _head_and_items(api: str, body: Mapping[str, Any]) -> tuple[str, list[Any]]:
         items = body.get("messages") or []
     elif api == "chat":
         head, items = [tools], body.get("messages") or []
+    elif api == "gemini":
+        head, items = [body.get("systemInstruction"), tools], body.get("contents") or []
     else:
         head = [body.get("instructions"), tools]
         raw = body.get("input")
@@ -289,6 +300,12 @@ def executed_tools(api: str, body: Mapping[str, Any], repo: str) -> list[tuple[s
             for block in message.get("content") or []:
                 if isinstance(block, Mapping) and block.get("type") == "tool_use":
                     add(block.get("id"), block.get("name"), block.get("input"))
+    elif api == "gemini":
+        for turn in body.get("contents") or []:
+            for part in turn.get("parts") or [] if isinstance(turn, Mapping) else []:
+                call = part.get("functionCall") if isinstance(part, Mapping) else None
+                if isinstance(call, Mapping):
+                    add(call.get("id"), call.get("name"), call.get("args") or {})
     elif api == "chat":
         for message in body.get("messages") or []:
             for call in message.get("tool_calls") or []:

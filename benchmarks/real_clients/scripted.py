@@ -106,6 +106,22 @@ def _python_loop(step: str, _root: str) -> tuple[str, dict[str, Any]]:
     return "run", {"command": _COMMANDS["run"]}
 
 
+def _gemini_cli(step: str, root: str) -> tuple[str, dict[str, Any]]:
+    module = f"{root}/{MODULE_PATH}"
+    if step == "read":
+        return "read_file", {"file_path": module}
+    if step == "grep":
+        return "grep_search", {"pattern": "REQUEST_TIMEOUT", "dir_path": f"{root}/src"}
+    if step == "edit":
+        return "replace", {
+            "file_path": module,
+            "instruction": "Raise the request timeout to the 30 s minimum the build log names.",
+            "old_string": EDIT_OLD,
+            "new_string": EDIT_NEW,
+        }
+    return "run_shell_command", {"command": _COMMANDS[step], "description": f"Task step: {step}"}
+
+
 def _submit(_root: str) -> tuple[str, dict[str, Any]]:
     return "bash", {
         "command": f"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo '{FINAL_ANSWER}'"
@@ -122,6 +138,9 @@ PLANS: dict[str, Plan] = {
         "call", frozenset({"exec_command"}), _codex, reasoning=True, recall_next=True
     ),
     "mini-swe-agent": Plan("call", frozenset({"bash"}), _bash, final=_submit),
+    "gemini-cli": Plan(
+        "gemini", frozenset({"run_shell_command", "read_file", "replace"}), _gemini_cli
+    ),
     "python": Plan("call", frozenset({"list_files", "read_file", "edit_file"}), _python_loop),
     "python-parallel": Plan(
         "call", frozenset({"list_files", "read_file", "edit_file"}), _python_loop, recall_next=True
@@ -133,6 +152,11 @@ def _tool_names(api: Api, body: Mapping[str, Any]) -> set[str]:
     names: set[str] = set()
     for tool in body.get("tools") or []:
         if not isinstance(tool, Mapping):
+            continue
+        declarations = tool.get("functionDeclarations") if api == "gemini" else None
+        if isinstance(declarations, list):
+            names.update(str(d["name"]) for d in declarations if isinstance(d, Mapping)
+                         and "name" in d)  # fmt: skip
             continue
         function = tool.get("function")
         name = function.get("name") if api == "chat" and isinstance(function, Mapping) else None

@@ -134,7 +134,14 @@ def test_profiles_registry() -> None:
         assert profile.description
         assert profile.context_window > 0
         assert profile.granularity >= 1
-        assert profile.kind in {"openai", "openai-breakpoint", "anthropic", "deepseek", "vllm"}
+        assert profile.kind in {
+            "openai",
+            "openai-breakpoint",
+            "anthropic",
+            "deepseek",
+            "vllm",
+            "gemini",
+        }
     assert get_profile("anthropic").price.model == "claude-sonnet-4.5"
     assert (
         get_profile("anthropic-1h").price.write_per_m

@@ -14,6 +14,8 @@ so a test against it fails where the real API would. Checked:
 - Responses: every `function_call` / `custom_tool_call` with its output and every output with
   its call (by `call_id`); a `reasoning` item followed by the item it belongs to; reasoning
   items this provider issued resent with their `id` and encrypted content unchanged.
+- Gemini `generateContent`: `cachepilot_bench.gemini_rules` (signatures echoed, results in
+  call order, nothing next to a `cachedContent`).
 
 The checks read the body once (linear in its size) and never modify it.
 """
@@ -26,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cachepilot.wire import Api, WireError
+from cachepilot_bench.gemini_rules import GeminiRules
 
 __all__ = ["MAX_CACHE_CONTROL_BLOCKS", "ProviderRules", "anthropic_cache_blocks"]
 
@@ -86,6 +89,8 @@ class ProviderRules:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._reasoning: dict[str, str | None] = {}
+        self.gemini = GeminiRules()
+        """Gemini's rules, with the signatures the provider issued (`GeminiRules.issued`)."""
         self.refusals: list[str] = []
         """The message of every refused request, in order."""
 
@@ -104,6 +109,8 @@ class ProviderRules:
                 self._anthropic(body)
             elif api == "chat":
                 self._chat(body)
+            elif api == "gemini":
+                self.gemini.check(body)
             else:
                 self._responses(body)
         except WireError as exc:

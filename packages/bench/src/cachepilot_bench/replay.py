@@ -23,6 +23,7 @@ with ReplayProvider(script) as provider:
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -50,6 +51,10 @@ from cachepilot.wire import (
     chat_usage,
     dumps,
     error_body,
+    gemini_chunks,
+    gemini_path,
+    gemini_response,
+    gemini_usage,
     parse_body,
     read_view,
     request_from_chat,
@@ -286,7 +291,10 @@ class ReplayProvider:
     """Serve a `ReplayScript` as an OpenAI-compatible endpoint on 127.0.0.1.
 
     Endpoints: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages` (the
-    Anthropic Messages API; all three with `stream`), and `GET /v1/models`. Messages usage
+    Anthropic Messages API; all three with `stream`), Gemini's
+    `POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent` (server-sent
+    events; every call part carries a `thoughtSignature`) and `:countTokens`, and
+    `GET /v1/models`. Messages usage
     follows the request's `cache_control` breakpoints under a breakpoint profile
     (`anthropic`, `anthropic-1h`). Each model request consumes the next turn; requests are
     handled one at a time, so the turn order is the arrival order. Usage comes from a
@@ -474,6 +482,11 @@ class ReplayProvider:
                 ],
             }
             return _json(200, models)
+        gemini = gemini_path(path)
+        if gemini is not None and gemini.call:
+            return self._parse_and_serve("gemini", method, path, raw)
+        if gemini is not None and gemini.method == "countTokens" and method == "POST":
+            return self._count_tokens(path, raw)
         if path in _CHAT_PATHS or path in _RESPONSES_PATHS or path in _MESSAGES_PATHS:
             api: Api = (
                 "chat"
@@ -482,20 +495,7 @@ class ReplayProvider:
                 if path in _RESPONSES_PATHS
                 else "anthropic"
             )
-            if method != "POST":
-                return _error(api, 405, f"{method} is not allowed on {path}; use POST")
-            try:
-                body = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as exc:
-                return _error(api, 400, f"request body is not valid JSON: {exc}")
-            if not isinstance(body, dict):
-                return _error(api, 400, "request body must be a JSON object")
-            with self._lock:
-                try:
-                    return self._serve(api, path, body)
-                except WireError as exc:
-                    logger.info("replay provider rejected a %s request: %s", api, exc)
-                    return _error(api, 400, str(exc), param=exc.param)
+            return self._parse_and_serve(api, method, path, raw)
         return _json(
             404,
             error_body(
@@ -505,14 +505,51 @@ class ReplayProvider:
             ),
         )
 
+    def _count_tokens(self, path: str, raw: bytes) -> Response:
+        """Gemini `countTokens`: the prompt tokens of `contents` (or of a whole
+        `generateContentRequest`) as this provider renders them; nothing is served."""
+        try:
+            body = json.loads(raw.decode("utf-8"))
+            if not isinstance(body, dict):
+                raise ValueError("not a JSON object")
+            inner = body.get("generateContentRequest")
+            request = parse_body(inner if isinstance(inner, dict) else body, api="gemini",
+                                 url_path=path).request  # fmt: skip
+        except (UnicodeDecodeError, ValueError) as exc:
+            return _error("gemini", 400, f"countTokens body is not readable: {exc}")
+        total = self._sim.render(request).total_tokens
+        return _json(200, {"totalTokens": total})
+
+    def _parse_and_serve(self, api: Api, method: str, path: str, raw: bytes) -> Response:
+        if method != "POST":
+            return _error(api, 405, f"{method} is not allowed on {path}; use POST")
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            return _error(api, 400, f"request body is not valid JSON: {exc}")
+        if not isinstance(body, dict):
+            return _error(api, 400, "request body must be a JSON object")
+        with self._lock:
+            try:
+                return self._serve(api, path, body)
+            except WireError as exc:
+                logger.info("replay provider rejected a %s request: %s", api, exc)
+                return _error(api, 400, str(exc), param=exc.param)
+
     def _serve(self, api: Api, path: str, body: dict[str, Any]) -> Response:
         stream = body.get("stream") is True
+        if api == "gemini":
+            found = gemini_path(path)
+            stream = found is not None and found.streamed
         if self._rules is not None:
             self._rules.check(api, body)
         conversation: tuple[Message, ...] = ()
         breakpoints = None
         if api == "chat":
             request = request_from_chat(body)
+        elif api == "gemini":
+            read_view(body, "gemini")  # strict checks
+            request = parse_body(body, api="gemini", url_path=path).request
         elif api == "anthropic":
             read_view(body, "anthropic")  # strict checks; `parse_body` reads the marks too
             marks = cache_mark_count(body)
@@ -607,6 +644,27 @@ class ReplayProvider:
                 response = Response(200, "text/event-stream", sse(chunks, named=False, done=True))
             else:
                 response = _json(200, final)
+        elif api == "gemini":
+            response_id = f"gemini-replay-{index:05d}"
+            wire_usage = gemini_usage(usage)
+            final = gemini_response(reply, id=response_id, model=model, usage=wire_usage)
+            chunks = gemini_chunks(reply, id=response_id, model=model, usage=wire_usage)
+            for payloads in ((final,), chunks):
+                # Every call part carries a signature, as Gemini 3 sends them (the n-th call
+                # of the reply the same one, streamed or not).
+                calls = 0
+                for payload in payloads:
+                    for part in payload["candidates"][0]["content"]["parts"]:
+                        if "functionCall" in part:
+                            signature = f"sig-replay-{index:05d}-{calls}".encode()
+                            part["thoughtSignature"] = base64.b64encode(signature).decode()
+                            calls += 1
+            if self._rules is not None:
+                self._rules.gemini.issued(final["candidates"][0]["content"]["parts"])
+            if stream:
+                response = Response(200, "text/event-stream", sse(chunks, named=False, done=False))
+            else:
+                response = _json(200, final)
         elif api == "anthropic":
             response_id = f"msg_replay{index:05d}"
             wire_usage = anthropic_usage(usage)
@@ -668,7 +726,12 @@ def _json(status: int, payload: Mapping[str, Any]) -> Response:
 
 
 def _error(api: Api, status: int, message: str, param: str | None = None) -> Response:
-    """An error body in the API's own shape (Anthropic: `{"type": "error", "error": ...}`)."""
+    """An error body in the API's own shape (Anthropic: `{"type": "error", "error": ...}`;
+    Gemini: `{"error": {"code", "message", "status"}}`)."""
+    if api == "gemini":
+        status_name = "INVALID_ARGUMENT" if status == 400 else "NOT_FOUND"
+        return _json(status, {"error": {"code": status, "message": message,
+                                        "status": status_name}})  # fmt: skip
     if api == "anthropic":
         kind = "not_found_error" if status == 404 else "invalid_request_error"
         return _json(status, {"type": "error", "error": {"type": kind, "message": message}})

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from cachepilot.usage import Usage
 
-__all__ = ["PRICES", "Cost", "Price", "cost", "get_price", "register_price"]
+__all__ = ["PRICES", "Cost", "Price", "cost", "get_price", "register_price", "storage_cost"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,9 @@ class Price:
     """Prompt tokens written to cache; None means written tokens cost the miss price."""
     write_long_per_m: float | None = None
     """Cache writes with the long TTL (Anthropic 1h), when the provider offers one."""
+    storage_per_m_hour: float | None = None
+    """Keeping one million tokens in an explicit cache for one hour (Gemini `cachedContents`);
+    None when the provider bills no storage."""
     source: str = ""
     """Where the numbers come from."""
     source_date: str = ""
@@ -39,7 +42,7 @@ class Price:
         for name in ("miss_per_m", "hit_per_m", "output_per_m"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Price.{name} must be >= 0")
-        for name in ("write_per_m", "write_long_per_m"):
+        for name in ("write_per_m", "write_long_per_m", "storage_per_m_hour"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"Price.{name} must be >= 0")
@@ -85,9 +88,28 @@ def cost(usage: Usage, price: Price, *, long_ttl_writes: bool = False) -> Cost:
     return Cost(input_usd=input_usd, output_usd=usage.output_tokens * price.output_per_m / 1e6)
 
 
+def storage_cost(tokens: int, seconds: float, price: Price) -> float:
+    """USD to keep `tokens` in an explicit cache for `seconds` (Gemini `cachedContents`: billed
+    per token-hour for the resource's time to live; 0 when the row bills no storage).
+
+    Raises:
+        ValueError: for negative tokens or seconds.
+    """
+    if tokens < 0 or seconds < 0:
+        raise ValueError("storage_cost needs tokens >= 0 and seconds >= 0")
+    if price.storage_per_m_hour is None:
+        return 0.0
+    return tokens * price.storage_per_m_hour * (seconds / 3600.0) / 1_000_000
+
+
 _OPENAI = "OpenAI API pricing page (platform.openai.com/docs/pricing)"
 _ANTHROPIC = "Anthropic pricing page (docs.anthropic.com/en/docs/about-claude/pricing)"
 _DEEPSEEK = "DeepSeek API pricing page (api-docs.deepseek.com/quick_start/pricing)"
+_GEMINI = (
+    "Gemini Developer API pricing page (ai.google.dev/gemini-api/docs/pricing), paid Standard "
+    "tier, text prompts of at most 200k tokens; the context caching price is the cached-read "
+    "rate, storage is per million tokens per hour"
+)
 
 PRICES: dict[str, Price] = {
     p.model: p
@@ -136,6 +158,46 @@ PRICES: dict[str, Price] = {
             output_per_m=0.42,
             source=_DEEPSEEK + " (V3.2)",
             source_date="2025-09-29",
+        ),
+        Price(
+            "gemini-2.5-flash",
+            miss_per_m=0.30,
+            hit_per_m=0.03,
+            output_per_m=2.50,
+            storage_per_m_hour=1.00,
+            source=_GEMINI,
+            source_date="2026-06-17",
+        ),
+        Price(
+            # Prompts over 200k tokens cost twice as much (2.50 / 15.00 / 0.25): not modelled.
+            "gemini-2.5-pro",
+            miss_per_m=1.25,
+            hit_per_m=0.125,
+            output_per_m=10.00,
+            storage_per_m_hour=4.50,
+            source=_GEMINI + " (the <= 200k-token tier)",
+            source_date="2026-06-17",
+        ),
+        Price(
+            "gemini-3-flash",
+            miss_per_m=0.50,
+            hit_per_m=0.05,
+            output_per_m=3.00,
+            storage_per_m_hour=1.00,
+            source=_GEMINI + " (gemini-3-flash-preview)",
+            source_date="2026-07-04",
+        ),
+        Price(
+            # The input and output rates as Google AI Studio listed them; the cached rate is
+            # 0.1x input like every Gemini 2.5+ row, storage the Pro rate of 2.5 Pro.
+            "gemini-3-pro",
+            miss_per_m=2.00,
+            hit_per_m=0.20,
+            output_per_m=12.00,
+            storage_per_m_hour=4.50,
+            source=_GEMINI + " (gemini-3-pro-preview, <= 200k tokens; cached and storage "
+            "rates assumed from the 2.5 rows' ratios)",
+            source_date="2026-02-04",
         ),
         Price(
             # Self-hosted: there is no list price. Nominal rates with the same 10:1 miss:hit

@@ -140,6 +140,31 @@ class Usage:
         )
 
     @classmethod
+    def from_gemini(cls, usage: Any) -> Usage:
+        """Gemini `usageMetadata` (camelCase, or the SDK's snake_case objects).
+
+        `promptTokenCount` counts every prompt token, `cachedContentTokenCount` among them
+        (implicit hits and an explicit `cachedContent` alike) and `toolUsePromptTokenCount`
+        beside them (built-in tool results, billed as input); `candidatesTokenCount` excludes
+        the thoughts, which are billed as output (`thoughtsTokenCount`).
+        """
+
+        def field(camel: str, snake: str) -> int:
+            value = _get(usage, camel)
+            return _int(value if value is not None else _get(usage, snake))
+
+        prompt = field("promptTokenCount", "prompt_token_count")
+        prompt += field("toolUsePromptTokenCount", "tool_use_prompt_token_count")
+        cached = field("cachedContentTokenCount", "cached_content_token_count")
+        thoughts = field("thoughtsTokenCount", "thoughts_token_count")
+        return cls(
+            input_tokens=max(prompt, cached),
+            cached_tokens=cached,
+            output_tokens=field("candidatesTokenCount", "candidates_token_count") + thoughts,
+            reasoning_tokens=thoughts,
+        )
+
+    @classmethod
     def from_langchain(cls, usage_metadata: Any) -> Usage:
         """LangChain `AIMessage.usage_metadata` (`input_token_details.cache_read` etc.)."""
         prompt = _int(_get(usage_metadata, "input_tokens"))

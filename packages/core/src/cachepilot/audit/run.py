@@ -33,7 +33,7 @@ from cachepilot.audit.sources import LoggedCall, load_calls
 from cachepilot.audit.threads import Thread, group_threads
 from cachepilot.diagnose import CAUSES, CauseKind, Explanation, explain
 from cachepilot.pricing import Cost
-from cachepilot.sim import DEFAULT_PROFILE, CacheSimulator, ProviderProfile, get_profile
+from cachepilot.sim import DEFAULT_PROFILE, PROFILES, CacheSimulator, ProviderProfile, get_profile
 from cachepilot.sim.render import render_request
 from cachepilot.tokens import TokenCounter, get_counter
 from cachepilot.usage import Usage
@@ -225,7 +225,12 @@ class AuditReport:
 
 def default_profile_for(calls: Sequence[LoggedCall]) -> str:
     """`anthropic` when every call is an Anthropic Messages call (`anthropic-1h` when a mark
-    asks for the 1-hour TTL), else the default profile."""
+    asks for the 1-hour TTL); for Gemini calls, the Gemini profile their model names
+    (`gemini-2.5-flash` when none does); else the default profile."""
+    if calls and all(c.api == "gemini" for c in calls):
+        model = calls[0].request.model or ""
+        named = [name for name in PROFILES if name.startswith("gemini-") and name in model]
+        return max(named, key=len) if named else "gemini-2.5-flash"
     if calls and all(c.api == "anthropic" for c in calls):
         if any((c.cache_ttl_seconds or 0) > 300 for c in calls):
             return "anthropic-1h"

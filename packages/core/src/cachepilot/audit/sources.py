@@ -1,13 +1,14 @@
 """Read model calls from vcrpy cassettes (YAML or JSON) and JSONL request logs.
 
 A **request log** holds one JSON object per line, either a bare request body or an entry
-`{"api": "chat" | "responses" | "anthropic", "url_path": "/v1/chat/completions",
+`{"api": "chat" | "responses" | "anthropic" | "gemini", "url_path": "/v1/chat/completions",
 "timestamp": 1700000000.0 | "2025-11-21T11:03:00Z" | null, "request": {...}, "usage": {...},
 "response": {...}}` (every key but `request` optional; `cachepilot_bench.replay` writes them).
 A **cassette** is vcrpy's `{"interactions": [{"request": {...}, "response": {...}}]}`, or the
 `langchain_tests` layout `{"requests": [...], "responses": [...]}` (two parallel lists), in YAML
 (one or several documents, plain or `.yaml.gz`) or JSON. Only POSTs to a model endpoint
-(`/chat/completions`, `/responses`, Anthropic's `/messages`) are calls; when the URI was
+(`/chat/completions`, `/responses`, Anthropic's `/messages`, Gemini's
+`…:generateContent` and `…:streamGenerateContent`) are calls; when the URI was
 redacted, the body's shape names the API. A body may be recorded as text, bytes, or already
 parsed (`parsed_body`, as pydantic-ai records it); responses may be JSON or event streams,
 compressed with gzip, deflate, zstd or br, and the response `Date` header gives the call time
@@ -196,7 +197,7 @@ def calls_from_entries(entries: Iterable[tuple[str, Any]]) -> list[LoggedCall]:
         api = entry.get("api") if wrapped else None
         if api == "messages":
             api = "anthropic"
-        if api not in (None, "chat", "responses", "anthropic"):
+        if api not in (None, "chat", "responses", "anthropic", "gemini"):
             logger.warning("%s: unknown api %r; detecting it from the body", label, api)
             api = None
         url_path = entry.get("url_path") if wrapped else None

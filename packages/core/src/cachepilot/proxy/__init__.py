@@ -1,10 +1,11 @@
 """`cachepilot proxy`: cache-aware context management for any agent, through an HTTP proxy.
 
-Point an agent's OpenAI or Anthropic client at the proxy (`base_url`); it forwards Chat
-Completions, Responses and Anthropic Messages requests (streaming or not) to the upstream,
-after showing each tool result as its reduced view (originals archived), canonicalizing the
-system prompt, applying the thread's maintenance plan, offering a `recall` tool it answers
-itself, and, for Anthropic, placing `cache_control` breakpoints. Needs `cachepilot[proxy]`.
+Point an agent's OpenAI, Anthropic or Gemini client at the proxy (`base_url`); it forwards
+Chat Completions, Responses, Anthropic Messages and Gemini `generateContent` requests
+(streaming or not) to the upstream, after showing each tool result as its reduced view
+(originals archived), canonicalizing the system prompt, applying the thread's maintenance
+plan, offering a `recall` tool it answers itself, and, for Anthropic, placing
+`cache_control` breakpoints. Needs `cachepilot[proxy]`.
 
 ```python
 from cachepilot.proxy import ProxyConfig, ProxyEngine, create_app, serve

@@ -11,15 +11,17 @@ __all__ = ["add_forget_parser", "add_proxy_parser", "cmd_forget", "cmd_proxy"]
 
 _DESCRIPTION = """\
 Run an HTTP proxy that gives any agent cachepilot's savings without code changes: point the
-agent's OpenAI or Anthropic client at it (base_url http://HOST:PORT/v1; Anthropic clients:
-http://HOST:PORT). It forwards OpenAI Chat Completions (/v1/chat/completions), OpenAI
-Responses (/v1/responses) and Anthropic Messages (/v1/messages), streaming or not, to
---upstream, after: showing each tool result as its reduced view (originals archived,
-the same text on every request), canonicalizing the system prompt, applying the thread's
-maintenance plan, adding a `recall` tool that the proxy answers itself (the client never
-sees it), and, for Anthropic, adding cache_control breakpoints where they pay. Other paths
-are forwarded unchanged. Auth headers pass through untouched and are never logged or stored;
-usage returned to the client is the upstream's.
+agent's OpenAI, Anthropic or Gemini client at it (base_url http://HOST:PORT/v1; Anthropic
+and Gemini clients: http://HOST:PORT). It forwards OpenAI Chat Completions
+(/v1/chat/completions), OpenAI Responses (/v1/responses), Anthropic Messages (/v1/messages)
+and Gemini generateContent (/v1beta/models/MODEL:generateContent,
+:streamGenerateContent?alt=sse, and the Vertex paths), streaming or not, to --upstream,
+after: showing each tool result as its reduced view (originals archived, the same text on
+every request), canonicalizing the system prompt, applying the thread's maintenance plan,
+adding a `recall` tool that the proxy answers itself (the client never sees it), and, for
+Anthropic, adding cache_control breakpoints where they pay. Other paths are forwarded
+unchanged. Auth headers pass through untouched and are never logged or stored; usage
+returned to the client is the upstream's.
 
 Threads: the X-CachePilot-Thread header, else a thread key in the body (metadata session
 ids, prompt_cache_key, metadata.user_id, user) with the system prompt, else a digest of the
@@ -36,7 +38,8 @@ def add_proxy_parser(sub: Any) -> None:
 
     p = sub.add_parser(
         "proxy",
-        help="an HTTP proxy giving any agent (OpenAI or Anthropic client) cachepilot's savings",
+        help="an HTTP proxy giving any agent (OpenAI, Anthropic or Gemini client) cachepilot's "
+        "savings",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -44,7 +47,8 @@ def add_proxy_parser(sub: Any) -> None:
         "--upstream",
         required=True,
         metavar="URL",
-        help="provider base URL, e.g. https://api.openai.com or https://api.anthropic.com",
+        help="provider base URL, e.g. https://api.openai.com, https://api.anthropic.com or "
+        "https://generativelanguage.googleapis.com",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
     p.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787)")

@@ -1,13 +1,16 @@
 """The proxy's request handling, independent of the HTTP server that carries it.
 
-`ProxyEngine.handle(method, path, headers, body)` answers one client request: a model request
-(`POST` to `/v1/chat/completions`, `/v1/responses` or `/v1/messages`) goes through the
-pipeline and the recall loop; anything else, and any body the proxy cannot read, is forwarded
-unchanged, so the client gets the upstream's own answer (its errors included). An upstream
-that cannot be reached answers 502, one that times out 504, both in the API's error shape.
+`ProxyEngine.handle(method, path, headers, body)` answers one client request: a model
+request (`POST` to `/v1/chat/completions`, `/v1/responses`, `/v1/messages`, or a Gemini
+`…/models/{model}:generateContent` / `:streamGenerateContent?alt=sse`, Gemini API or Vertex
+paths) goes through the pipeline and the recall loop; anything else, and any body the proxy
+cannot read, is forwarded unchanged, so the client gets the upstream's own answer (its
+errors included). An upstream that cannot be reached answers 502, one that times out 504,
+both in the API's error shape.
 
-Headers are forwarded as received (authorization included) except hop-by-hop ones and the
-thread header; they are never logged or stored.
+Headers are forwarded as received (authorization and `x-goog-api-key` included) except
+hop-by-hop ones and the thread header; they are never logged or stored. A Gemini stream asked
+for without `alt=sse` (one JSON array) is forwarded unchanged.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl
 
 import httpx
 
@@ -34,7 +38,7 @@ from cachepilot.proxy.recall import answer, recall_calls, strip_recall
 from cachepilot.proxy.relay import Relay, add_usage, sse_bytes
 from cachepilot.proxy.secret import Secret, load_secret
 from cachepilot.proxy.stores import open_stores
-from cachepilot.proxy.threads import identify
+from cachepilot.proxy.threads import AUTH_HEADERS, identify
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.state_store import StateStore
 from cachepilot.usage import Usage
@@ -45,6 +49,7 @@ from cachepilot.wire import (
     WireError,
     api_from_path,
     dumps,
+    gemini_path,
     parse_response,
     read_view,
     reply_elements,
@@ -88,11 +93,21 @@ class Answer:
     stream: AsyncIterator[bytes] | None = None
 
 
+_GEMINI_STATUS = {502: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+def _gemini_error(status: int, message: str) -> dict[str, Any]:
+    return {"error": {"code": status, "message": message,
+                      "status": _GEMINI_STATUS.get(status, "INTERNAL")}}  # fmt: skip
+
+
 def _error(api: Api | None, status: int, message: str) -> Answer:
-    """An error in the API's own shape (Anthropic or OpenAI)."""
-    if api == "anthropic":
+    """An error in the API's own shape (Anthropic, Gemini or OpenAI)."""
+    if api == "gemini":
+        payload: dict[str, Any] = _gemini_error(status, message)
+    elif api == "anthropic":
         kind = "timeout_error" if status == 504 else "api_error"
-        payload: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+        payload = {"type": "error", "error": {"type": kind, "message": message}}
     else:
         payload = {"error": {"message": message, "type": "proxy_error", "param": None,
                              "code": "upstream_unavailable"}}  # fmt: skip
@@ -101,6 +116,8 @@ def _error(api: Api | None, status: int, message: str) -> Answer:
 
 def _stream_error(api: Api, message: str) -> bytes:
     """An error event for a stream that already started (its status cannot change)."""
+    if api == "gemini":
+        return sse_bytes(None, _gemini_error(502, message))
     if api == "anthropic":
         return sse_bytes("error", {"type": "error", "error": {"type": "api_error",
                                                                "message": message}})  # fmt: skip
@@ -151,6 +168,30 @@ def _chainable(api: Api, prepared: Prepared) -> bool:
     """A Responses reply a later request may continue with `previous_response_id` (the
     client did not send `store: false`): its calls are remembered for that request."""
     return api == "responses" and prepared.view.body.get("store") is not False
+
+
+def _streamed(api: Api, path: str, body: Mapping[str, Any]) -> bool:
+    """Whether the client asked for a stream (Gemini: by its method, else `stream: true`)."""
+    if api == "gemini":
+        where = gemini_path(path)
+        return where is not None and where.streamed
+    return body.get("stream") is True
+
+
+def _with_query_key(headers: Mapping[str, str], query: str) -> Mapping[str, str]:
+    """The headers a thread is scoped by: a Gemini key sent as `?key=` counts as the
+    `x-goog-api-key` header (for scoping only; the request is forwarded as received)."""
+    if any(headers.get(name) for name in AUTH_HEADERS):
+        return headers
+    for key, value in parse_qsl(query, keep_blank_values=False):
+        if key == "key" and value:
+            return {**headers, "x-goog-api-key": value}
+    return headers
+
+
+def _sse(query: str) -> bool:
+    """Whether a query string asks for server-sent events (`alt=sse`)."""
+    return any(p.strip() == "alt=sse" for p in query.split("&"))
 
 
 def proxy_pilot_config(provider: str) -> Config:
@@ -257,6 +298,12 @@ class ProxyEngine:
         previous = body.get("previous_response_id")
         if api == "responses" and isinstance(previous, str):
             body["previous_response_id"] = self.threads.actual(previous)
+        where = gemini_path(path) if api == "gemini" else None
+        if where is not None and where.streamed and not _sse(query):
+            logger.info("forwarding a gemini stream without alt=sse unchanged")
+            return await self._passthrough(
+                method=method, path=path, query=query, headers=headers, raw=raw, api=api
+            )
         try:
             view = read_view(body, api)
         except WireError:
@@ -265,7 +312,7 @@ class ProxyEngine:
                 method=method, path=path, query=query, headers=headers, raw=raw, api=api
             )
         thread = identify(
-            headers,
+            _with_query_key(headers, query) if api == "gemini" else headers,
             view,
             header=self.config.thread_header,
             scoped=self.config.key_scope,
@@ -288,7 +335,7 @@ class ProxyEngine:
             memory.requests += 1
         logger.debug("thread %s (%s): request %d", memory.name, thread.source, memory.requests)
         target = self._target(path, query)
-        if body.get("stream") is True:
+        if _streamed(api, path, body):
             return await self._streamed(api, target, headers, prepared, memory)
         return await self._complete(api, target, headers, prepared, memory)
 
@@ -398,6 +445,7 @@ class ProxyEngine:
         sent: list[dict[str, Any]] = []  # the replies and answers since, as the upstream saw them
         usages: list[Mapping[str, Any]] = []
         body: Mapping[str, Any] = prepared.body
+        usage_key = "usageMetadata" if api == "gemini" else "usage"
         rounds = 0
         while True:
             response, data, failed = await self._post_json(api, target, headers, body)
@@ -418,9 +466,10 @@ class ProxyEngine:
             if not isinstance(payload, dict):
                 return Answer(response.status_code, self._reply_headers(response), data)
             info = parse_response(payload, api)
-            self._record(prepared, memory, info.usage, payload.get("model"))
-            if isinstance(payload.get("usage"), Mapping):
-                usages.append(payload["usage"])
+            model = payload.get("modelVersion" if api == "gemini" else "model")
+            self._record(prepared, memory, info.usage, model)
+            if isinstance(payload.get(usage_key), Mapping):
+                usages.append(payload[usage_key])
             reply = _one(info.output)
             if _chainable(api, prepared):
                 self._note_calls(memory, reply.tool_calls)
@@ -454,7 +503,7 @@ class ProxyEngine:
             total: dict[str, Any] = {}
             for block in usages:
                 total = add_usage(total, block)
-            payload["usage"] = total
+            payload[usage_key] = total
         if api == "responses" and info.response_id:
             self.threads.remember_response(info.response_id, prepared.thread)
         await self.threads.save(memory)

@@ -106,6 +106,10 @@ class Pipeline:
         client_tools = [dict(t) for t in view.tools]
         names = {tool_name(t) for t in client_tools}
         offer = self.config.recall and bool(client_tools) and RECALL_TOOL_NAME not in names
+        if view.api == "gemini":
+            # Recall is a function declaration: offered next to the client's own functions
+            # only, and never next to a cachedContent (the API refuses tools there).
+            offer = offer and _gemini_can_offer(view, client_tools)
         marks: dict[str, Any] = {}
         if view.api == "anthropic":
             for tool in client_tools:
@@ -237,6 +241,21 @@ class Pipeline:
             entries.append({"role": "system", "content": unmarked.get("system")})
         memory.apply(lambda: memory.blocks.add(entries))
         return body
+
+
+def _gemini_can_offer(view: BodyView, tools: Sequence[Mapping[str, Any]]) -> bool:
+    """A Gemini request may be offered `recall`: it declares functions of its own, names no
+    cachedContent, and does not restrict calls to a list of names (`allowedFunctionNames`)."""
+    if view.body.get("cachedContent") is not None:
+        return False
+    if not any("name" in t for t in tools):
+        return False
+    config = view.body.get("toolConfig")
+    calling = config.get("functionCallingConfig") if isinstance(config, Mapping) else None
+    return not (
+        isinstance(calling, Mapping)
+        and (calling.get("mode") == "NONE" or calling.get("allowedFunctionNames"))
+    )
 
 
 def _written_indices(indices: Sequence[int], sent: Sequence[Message], written: int) -> list[int]:

@@ -24,11 +24,21 @@ from typing import Any
 from cachepilot.messages import Message, ToolCall
 from cachepilot.pilot import CachePilot
 from cachepilot.recall import DEFAULT_MAX_CHARS, RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA
-from cachepilot.wire import Api, BodyView, WireError, anthropic_tool, resplice, wire_messages
+from cachepilot.wire import (
+    Api,
+    BodyView,
+    WireError,
+    anthropic_tool,
+    gemini_tool,
+    resplice,
+    wire_messages,
+)
+from cachepilot.wire.gemini import SYNTHETIC_ID_PREFIX
 
 __all__ = [
     "Splices",
     "answer",
+    "is_recall_part",
     "message_key",
     "recall_calls",
     "recall_tool",
@@ -48,6 +58,8 @@ def recall_tool(api: Api) -> dict[str, Any]:
         return schema
     if api == "responses":
         return {"type": "function", **schema["function"], "strict": False}
+    if api == "gemini":
+        return gemini_tool(schema)
     return anthropic_tool(schema)
 
 
@@ -102,6 +114,8 @@ def strip_recall(api: Api, body: Mapping[str, Any]) -> dict[str, Any]:
                 fixed["finish_reason"] = "stop"
             choices.append(fixed)
         out["choices"] = choices
+    elif api == "gemini":
+        out["candidates"] = [_gemini_without_recall(c) for c in body.get("candidates") or ()]
     elif api == "responses":
         out["output"] = [
             item
@@ -130,6 +144,21 @@ def strip_recall(api: Api, body: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def is_recall_part(part: Any) -> bool:
+    """Whether a Gemini part is a `functionCall` of the recall tool."""
+    call = part.get("functionCall") if isinstance(part, Mapping) else None
+    return isinstance(call, Mapping) and call.get("name") == RECALL_TOOL_NAME
+
+
+def _gemini_without_recall(candidate: Any) -> Any:
+    content = candidate.get("content") if isinstance(candidate, Mapping) else None
+    if not isinstance(content, Mapping) or not isinstance(content.get("parts"), list):
+        return candidate
+    parts = content["parts"]
+    kept = [p for p in parts if not is_recall_part(p)] or [{"text": ""}]
+    return {**candidate, "content": {**content, "parts": kept}}
+
+
 def _is_recall_call(call: Any) -> bool:
     function = call.get("function") if isinstance(call, Mapping) else None
     return isinstance(function, Mapping) and function.get("name") == RECALL_TOOL_NAME
@@ -140,15 +169,20 @@ def message_key(message: Message) -> str:
 
     Its tool calls (ids, names and arguments as JSON values) and its text with all whitespace
     removed: clients re-serialize replies (join text blocks, reformat argument JSON), and
-    these survive that.
+    these survive that. A Gemini call without an id counts by its synthetic id without the
+    ordinal (a reply read alone and the same reply read in its history number equal calls
+    from different starts).
     """
     h = hashlib.sha256()
     for call in message.tool_calls:
+        call_id = call.id
+        if call_id.startswith(SYNTHETIC_ID_PREFIX):
+            call_id = call_id.rsplit("-", 1)[0]
         try:
             arguments = json.dumps(json.loads(call.arguments), sort_keys=True)
         except (TypeError, ValueError):
             arguments = call.arguments
-        h.update(f"{call.id}\x00{call.name}\x00{arguments}\x01".encode("utf-8", "surrogatepass"))
+        h.update(f"{call_id}\x00{call.name}\x00{arguments}\x01".encode("utf-8", "surrogatepass"))
     h.update("".join(message.text.split()).encode("utf-8", "surrogatepass"))
     return h.hexdigest()[:32]
 
@@ -269,7 +303,7 @@ class Splices:
                 key = str(entry["key"])
                 if "elements" in entry:
                     api = entry["api"]
-                    if api not in ("chat", "responses", "anthropic"):
+                    if api not in ("chat", "responses", "anthropic", "gemini"):
                         raise ValueError(api)
                     elements = tuple(dict(e) for e in entry["elements"])
                     out._items[key] = _Splice(api, elements)

@@ -2,17 +2,19 @@
 
 Exact behaviour, per upstream stream (a *round*):
 
-- Every event is forwarded, byte for byte, as soon as it is complete, until an event starts a
-  call of the `recall` tool (Chat: a `tool_calls` delta naming it; Responses:
+- Every event is forwarded, byte for byte, as soon as it is complete, until an event starts
+  a call of the `recall` tool (Chat: a `tool_calls` delta naming it; Responses:
   `response.output_item.added` of such a `function_call`; Messages: `content_block_start` of
-  such a `tool_use`). From that event on, the round's events are held.
+  such a `tool_use`; Gemini: a chunk holding such a `functionCall` part, which arrives whole).
+  From that event on, the round's events are held.
 - When the round ends with only recall calls, the held events are dropped, the proxy answers
   the calls from the archive and asks the upstream again; the new round's events continue the
   client's stream: Chat chunks take the first round's id; Responses events continue the
   `sequence_number`s and `output_index`es, without a second `response.created`/`in_progress`,
   under the first round's response id (the proxy maps it to the last round's id when the
   client later sends it as `previous_response_id`);
-  Messages events continue the content block `index`es, without a second `message_start`.
+  Messages events continue the content block `index`es, without a second `message_start`;
+  Gemini chunks (which carry no indices) take the first round's `responseId`.
   The client sees one message: the text shown before the recall call, then the new reply.
 - When the round ends with recall calls next to the client's own calls, the held events are
   sent without those of the recall calls (indices renumbered), and the recall calls are
@@ -27,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cachepilot.proxy.recall import is_recall_part
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.wire import Api, SSEEvent, StreamReply, dumps
 
@@ -60,7 +63,34 @@ def sse_bytes(name: str | None, data: Mapping[str, Any]) -> bytes:
     return f"{head}data: {dumps(data)}\n\n".encode("ascii")
 
 
+def _gemini_parts(data: Mapping[str, Any]) -> list[Any]:
+    candidates = data.get("candidates")
+    first = candidates[0] if isinstance(candidates, list) and candidates else None
+    content = first.get("content") if isinstance(first, Mapping) else None
+    parts = content.get("parts") if isinstance(content, Mapping) else None
+    return parts if isinstance(parts, list) else []
+
+
+def _gemini_drop_recall(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A Gemini chunk without its recall call parts (None: nothing is left to send)."""
+    parts = _gemini_parts(data)
+    kept = [p for p in parts if not is_recall_part(p)]
+    if len(kept) == len(parts):
+        return dict(data)
+    candidates = list(data["candidates"])
+    first = dict(candidates[0])
+    first["content"] = {**first["content"], "parts": kept}
+    if not kept and first.get("finishReason") is None and not data.get("usageMetadata"):
+        return None
+    if not kept:
+        first["content"]["parts"] = [{"text": ""}]
+    candidates[0] = first
+    return {**data, "candidates": candidates}
+
+
 def _starts_recall(api: Api, data: Mapping[str, Any]) -> bool:
+    if api == "gemini":
+        return any(is_recall_part(p) for p in _gemini_parts(data))
     if api == "chat":
         for choice in data.get("choices") or ():
             delta = choice.get("delta") if isinstance(choice, Mapping) else None
@@ -96,7 +126,8 @@ class Relay:
         index_offset: Messages content blocks / Responses output items the client was
             shown by earlier rounds.
         sequence: next Responses `sequence_number` to emit (rounds after the first).
-        chat_id: the id Chat chunks carry for the client (rounds after the first).
+        chat_id: the id Chat chunks (Gemini chunks: `responseId`) carry for the client
+            (rounds after the first).
         response_id: the id Responses lifecycle events carry for the client (rounds after
             the first: the first round's, as clients require one id per stream).
         prior_usage: the summed usage blocks of the earlier rounds.
@@ -181,6 +212,12 @@ class Relay:
         """A later round's event in the client's numbering (None: not sent)."""
         out = dict(data)
         kind = out.get("type")
+        if self.api == "gemini":
+            if self.chat_id is not None:
+                out["responseId"] = self.chat_id
+            if isinstance(out.get("usageMetadata"), Mapping):
+                out["usageMetadata"] = add_usage(self.prior_usage, out["usageMetadata"])
+            return out
         if self.api == "chat":
             if self.chat_id is not None:
                 out["id"] = self.chat_id
@@ -230,6 +267,8 @@ class Relay:
 
     def _drop_recall(self, data: Mapping[str, Any], dropped: set[int]) -> dict[str, Any] | None:
         out = dict(data)
+        if self.api == "gemini":
+            return _gemini_drop_recall(out)
         if self.api == "chat":
             choices = []
             for choice in out.get("choices") or ():

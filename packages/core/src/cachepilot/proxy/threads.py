@@ -18,12 +18,13 @@ first user message) only in volatile spans continues that thread (`cachepilot.pr
 a per-call session id or build number does not start a new thread).
 
 With key scoping (the default) every thread name starts with a digest of the request's API
-key (`Authorization: Bearer <key>`, `x-api-key` or `api-key`: the same key gives the same
-scope whichever header carries it), salted with the store's secret (`cachepilot.proxy.secret`)
-so a name cannot confirm a guessed key, and requests under two keys never share a thread, nor
-its archive. The key itself is never stored or logged; names from the body are digests too, so
-no body value leaks into logs or the state store. Header names starting with `cachepilot:` are
-reserved (the proxy's own documents) and ignored.
+key (`Authorization: Bearer <key>`, `x-api-key`, `api-key` or Gemini's `x-goog-api-key`: the
+same key gives the same scope whichever header carries it), salted with the store's secret
+(`cachepilot.proxy.secret`) so a name cannot confirm a guessed key, and requests under two
+keys never share a thread, nor its archive. The key itself is never stored or logged; names
+from the body are digests too, so no body value leaks into logs or the state store. Header
+names starting with `cachepilot:` are reserved (the proxy's own documents) and ignored.
+
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from cachepilot.wire import BodyView, thread_keys
 
 __all__ = ["AUTH_HEADERS", "ThreadId", "api_key", "identify", "key_scope"]
 
-AUTH_HEADERS = ("authorization", "x-api-key", "api-key")
+AUTH_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
 _MAX_NAME = 200
 
 

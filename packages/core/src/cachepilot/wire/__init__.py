@@ -1,13 +1,16 @@
-"""The one provider wire layer: OpenAI Chat Completions, OpenAI Responses, Anthropic Messages.
+"""The one provider wire layer: OpenAI Chat Completions, OpenAI Responses, Anthropic Messages
+and Gemini `generateContent`.
 
 Request bodies are read into neutral messages (`read_chat`, `read_responses`,
-`read_anthropic`, or `parse_body` for any of them with detection, parameters and thread
-keys), strictly for a server that must answer like the API (the replay provider, the proxy)
-or leniently for diagnostics of recorded traffic. `read_view` / `write_view` read a body with
-the origin of every message and write changed messages back into it, keeping every field the
-client sent. Replies, streams and usage blocks are written deterministically; streams are
-read as they arrive (`EventSplitter`, `StreamReply`). The simulator, the replay provider,
-`explain`/`audit` and the proxy all read and write bodies through this package.
+`read_anthropic`, `read_gemini`, or `parse_body` for any of them with detection, parameters
+and thread keys), strictly for a server that must answer like the API (the replay provider,
+the proxy) or leniently for diagnostics of recorded traffic. `read_view` / `write_view` read
+a body with the origin of every message and write changed messages back into it, keeping
+every field the client sent. Replies, streams and usage blocks are written
+deterministically; streams are read as they arrive (`EventSplitter`, `StreamReply`). The
+simulator, the replay provider, `explain`/`audit` and the proxy all read and write bodies
+through this package.
+
 """
 
 from __future__ import annotations
@@ -38,6 +41,18 @@ from cachepilot.wire.chat import (
     read_chat,
     request_from_chat,
 )
+from cachepilot.wire.gemini import (
+    GeminiPath,
+    gemini_chunks,
+    gemini_contents,
+    gemini_path,
+    gemini_response,
+    gemini_tool,
+    gemini_tools,
+    gemini_usage,
+    read_gemini,
+)
+from cachepilot.wire.gemini_stream import GeminiReply
 from cachepilot.wire.response import ResponseInfo, parse_response, parse_usage
 from cachepilot.wire.responses import (
     read_responses,
@@ -71,6 +86,8 @@ __all__ = [
     "Api",
     "BodyView",
     "EventSplitter",
+    "GeminiPath",
+    "GeminiReply",
     "ParsedBody",
     "ResponseInfo",
     "SSEEvent",
@@ -92,12 +109,20 @@ __all__ = [
     "detect_api",
     "dumps",
     "error_body",
+    "gemini_chunks",
+    "gemini_contents",
+    "gemini_path",
+    "gemini_response",
+    "gemini_tool",
+    "gemini_tools",
+    "gemini_usage",
     "mark_breakpoints",
     "parse_body",
     "parse_response",
     "parse_usage",
     "read_anthropic",
     "read_chat",
+    "read_gemini",
     "read_responses",
     "read_view",
     "reply_elements",

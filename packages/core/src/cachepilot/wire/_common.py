@@ -19,7 +19,7 @@ __all__ = [
     "text_of",
 ]
 
-Api: TypeAlias = Literal["chat", "responses", "anthropic"]
+Api: TypeAlias = Literal["chat", "responses", "anthropic", "gemini"]
 
 SYSTEM_ROLES = ("system", "developer")
 

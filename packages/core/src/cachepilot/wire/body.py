@@ -5,9 +5,9 @@ tools, model, Anthropic `cache_control` breakpoints) plus what diagnostics and t
 besides: cache-relevant parameters, thread keys and, for Anthropic, how the request asks to be
 cached (`cache_mode`, `cache_ttl_seconds`). A structured-output schema (`response_format`,
 `text.format`, Anthropic `output_format` / `output_config.format`) is prompt content the
-provider bills: it renders as one more entry after the tool schemas. OpenAI bodies are read
-strictly first and leniently when the strict reader refuses them (logs hold bodies real
-endpoints took).
+provider bills: it renders as one more entry after the tool schemas. OpenAI and Gemini bodies
+are read strictly first and leniently when the strict reader refuses them (logs hold bodies
+real endpoints took). A Gemini body names its model in the path (`cachepilot.wire.gemini`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from cachepilot.sim.render import Request
 from cachepilot.wire._common import Api, WireError
 from cachepilot.wire.anthropic import read_anthropic
 from cachepilot.wire.chat import read_chat
+from cachepilot.wire.gemini import gemini_path, gemini_tools, read_gemini
 from cachepilot.wire.responses import read_responses
 
 __all__ = [
@@ -36,7 +37,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-APIS: tuple[Api, ...] = ("chat", "responses", "anthropic")
+APIS: tuple[Api, ...] = ("chat", "responses", "anthropic", "gemini")
 
 _THREAD_METADATA = (
     "thread_id",
@@ -88,10 +89,14 @@ class ParsedBody:
 
 
 def api_from_path(path: str | None) -> Api | None:
-    """The API an endpoint path serves (`/v1/chat/completions` → `chat`), or None."""
+    """The API an endpoint path serves (`/v1/chat/completions` → `chat`,
+    `/v1beta/models/{model}:generateContent` → `gemini`), or None."""
     if not path:
         return None
     path = path.split("?", 1)[0].rstrip("/")
+    found = gemini_path(path)
+    if found is not None:
+        return "gemini" if found.call else None
     if path.endswith("/chat/completions"):
         return "chat"
     if path.endswith("/responses"):
@@ -115,9 +120,13 @@ def detect_api(body: Mapping[str, Any], url_path: str | None = None) -> Api:
         return by_path
     if "input" in body or "instructions" in body or "previous_response_id" in body:
         return "responses"
+    if "contents" in body and "messages" not in body:
+        return "gemini"
     messages = body.get("messages")
     if not isinstance(messages, list):
-        raise ValueError("not a model request body: it has neither 'messages' nor 'input'")
+        raise ValueError(
+            "not a model request body: it has neither 'messages', 'input' nor 'contents'"
+        )
     if "system" in body or "anthropic_version" in body:
         return "anthropic"
     tools = body.get("tools")
@@ -166,6 +175,10 @@ def parse_body(
         system, messages = _openai(body, api)
         breakpoints = None
         tools = _tools(body.get("tools"))
+    elif api == "gemini":
+        system, messages = _gemini(body)
+        breakpoints = None
+        tools = gemini_tools(body)
     elif api == "anthropic":
         system, messages, breakpoints = read_anthropic(body)
         tools = _tools(body.get("tools"))
@@ -185,6 +198,9 @@ def parse_body(
     if schema is not None:
         tools = (*tools, schema)
     model = body.get("model")
+    if api == "gemini" and not model:
+        where = gemini_path(url_path)
+        model = where.model if where is not None else None
     request = Request(
         system=system,
         messages=messages,
@@ -241,6 +257,13 @@ def _anthropic_cache(body: Mapping[str, Any], marked: bool) -> tuple[CacheMode, 
 def _output_schema(body: Mapping[str, Any], api: Api) -> dict[str, Any] | None:
     """The structured-output format a body sends, as one entry rendered after the tools."""
     value: Any = None
+    if api == "gemini":
+        config = body.get("generationConfig")
+        config = config if isinstance(config, Mapping) else {}
+        value = config.get("responseJsonSchema", config.get("responseSchema"))
+        if not isinstance(value, Mapping):
+            return None
+        return {"type": "output_format", "format": dict(value)}
     if api == "chat":
         value = body.get("response_format")
     elif api == "responses":
@@ -267,6 +290,10 @@ def _params(body: Mapping[str, Any], api: Api) -> dict[str, Any]:
         out["text.format"] = text["format"]
     if api == "anthropic":
         for name in ("tool_choice", "thinking"):
+            if body.get(name) is not None:
+                out[name] = body[name]
+    if api == "gemini":
+        for name in ("toolConfig", "cachedContent"):
             if body.get(name) is not None:
                 out[name] = body[name]
     if api in ("anthropic", "responses") and body.get("context_management"):
@@ -313,6 +340,17 @@ def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
         if isinstance(tool, Mapping):
             out.append({k: v for k, v in tool.items() if k != "cache_control"})
     return tuple(out)
+
+
+def _gemini(body: Mapping[str, Any]) -> tuple[str | None, list[Message]]:
+    """System and messages of a Gemini body: strictly, else leniently."""
+    try:
+        system, messages, _ = read_gemini(body)
+        return system, messages
+    except (WireError, TypeError, KeyError):
+        logger.debug("lenient reading of a gemini body", exc_info=True)
+    system, messages, _ = read_gemini(body, strict=False)
+    return system, messages
 
 
 def _openai(body: Mapping[str, Any], api: Api) -> tuple[str | None, list[Message]]:

@@ -1,4 +1,4 @@
-"""Response bodies (JSON or server-sent events) of the three APIs: usage, id and output."""
+"""Response bodies (JSON or server-sent events) of the four APIs: usage, id and output."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from cachepilot.usage import Usage
 from cachepilot.wire._common import Api, Reader
 from cachepilot.wire.anthropic import read_anthropic
 from cachepilot.wire.chat import chat_message
+from cachepilot.wire.gemini_stream import fold_chunks, gemini_output
 from cachepilot.wire.responses import responses_items
 from cachepilot.wire.sse import sse_events
 
@@ -35,6 +36,8 @@ def parse_usage(raw: Any, api: Api) -> Usage | None:
     if not isinstance(raw, Mapping) or not raw:
         return None
     try:
+        if api == "gemini" or "promptTokenCount" in raw or "prompt_token_count" in raw:
+            return Usage.from_gemini(raw)
         if api == "anthropic" or "cache_read_input_tokens" in raw:
             return Usage.from_anthropic(raw)
         if "prompt_tokens" in raw:
@@ -47,6 +50,8 @@ def parse_usage(raw: Any, api: Api) -> Usage | None:
 
 def _output_messages(api: Api, body: Mapping[str, Any]) -> tuple[Message, ...]:
     try:
+        if api == "gemini":
+            return gemini_output(body)
         if api == "responses" and isinstance(body.get("output"), list):
             return tuple(responses_items(body["output"], "output", strict=False))
         if api == "chat":
@@ -72,15 +77,24 @@ def parse_response(body: Any, api: Api) -> ResponseInfo:
         text = body.strip()
         if not text:
             return ResponseInfo()
-        if text.startswith("{"):
+        if text.startswith("{") or (api == "gemini" and text.startswith("[")):
             try:
                 body = json.loads(text)
             except ValueError:
                 return ResponseInfo()
         else:
             return _stream(sse_events(text), api)
+    if api == "gemini" and isinstance(body, list):  # `streamGenerateContent` without SSE
+        return _stream([c for c in body if isinstance(c, Mapping)], api)
     if not isinstance(body, Mapping):
         return ResponseInfo()
+    if api == "gemini":
+        rid = body.get("responseId")
+        return ResponseInfo(
+            usage=parse_usage(body.get("usageMetadata"), api),
+            response_id=str(rid) if rid else None,
+            output=_output_messages(api, body),
+        )
     rid = body.get("id")
     return ResponseInfo(
         usage=parse_usage(body.get("usage"), api),
@@ -90,6 +104,8 @@ def parse_response(body: Any, api: Api) -> ResponseInfo:
 
 
 def _stream(events: Sequence[Mapping[str, Any]], api: Api) -> ResponseInfo:
+    if api == "gemini":
+        return parse_response(fold_chunks(events).payload(), api)
     usage: dict[str, Any] = {}
     rid: str | None = None
     final: Mapping[str, Any] | None = None

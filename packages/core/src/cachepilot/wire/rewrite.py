@@ -23,6 +23,9 @@ from cachepilot.plan import FOLD_ID_PREFIX
 from cachepilot.wire._common import Api
 from cachepilot.wire.anthropic import anthropic_blocks
 from cachepilot.wire.chat import chat_messages
+from cachepilot.wire.gemini import gemini_contents
+from cachepilot.wire.gemini_stream import candidate_parts
+from cachepilot.wire.gemini_view import resplice_gemini, write_gemini
 from cachepilot.wire.response import parse_response
 from cachepilot.wire.responses import responses_input
 from cachepilot.wire.view import BodyView, Source, read_view
@@ -160,6 +163,10 @@ def write_view(
         _write_chat(body, view, system, pairs)
     elif view.api == "responses":
         _write_responses(body, view, system, pairs)
+    elif view.api == "gemini":
+        pieces = split_like(system or "", view.system_texts) if system is not None else None
+        write_gemini(body, view, system, pairs, tools=tools, pieces=pieces)
+        return body
     else:
         _write_anthropic(body, view, system, pairs)
     if tools is not None and (tools or "tools" in body):
@@ -660,6 +667,8 @@ def wire_messages(api: Api, messages: Sequence[Message]) -> list[dict[str, Any]]
         return chat_messages(None, messages)
     if api == "responses":
         return responses_input(messages)
+    if api == "gemini":
+        return gemini_contents(messages)
     out: list[dict[str, Any]] = []
     for message in messages:
         made = _anthropic_new(message)
@@ -675,7 +684,10 @@ def reply_elements(api: Api, payload: Mapping[str, Any]) -> list[dict[str, Any]]
     """The request elements that carry a reply body back to the API as it was produced:
     Responses output items and Messages content blocks exactly as received (item ids,
     encrypted reasoning and thinking signatures kept); a Chat reply as its assistant message
-    (Chat has no ids besides the tool calls')."""
+    (Chat has no ids besides the tool calls'); a Gemini reply as its first candidate's
+    `model` turn, parts as received (thought signatures kept)."""
+    if api == "gemini":
+        return [{"role": "model", "parts": [dict(p) for p in candidate_parts(payload)]}]
     if api == "responses":
         output = payload.get("output")
         return [dict(item) for item in output or () if isinstance(item, Mapping)]
@@ -706,6 +718,8 @@ def resplice(
     Raises:
         WireError: when the new body does not read (the caller keeps `view`).
     """
+    if view.api == "gemini":
+        return resplice_gemini(view, replace, append)
     key = "input" if view.api == "responses" else "messages"
     found = view.body.get(key)
     raw: list[Any] = list(found) if isinstance(found, list) else []

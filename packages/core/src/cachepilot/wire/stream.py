@@ -4,7 +4,9 @@
 can forward them untouched, and its JSON payload); `StreamReply` folds the events of one
 Chat Completions, Responses or Messages stream into the reply they carry: the assistant
 message (text, reasoning, tool calls with their ids and arguments), the usage and the id.
-Both are total: junk lines and unknown events are skipped, never raised on.
+Gemini chunks are folded by `cachepilot.wire.gemini_stream.GeminiReply`. Both are total:
+junk lines and unknown events are skipped, never raised on.
+
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from cachepilot.messages import ContentPart, Message, ReasoningPart, TextPart, T
 from cachepilot.usage import Usage
 from cachepilot.wire._common import Api
 from cachepilot.wire._common import simplify as join_content
+from cachepilot.wire.gemini_stream import GeminiReply
 from cachepilot.wire.response import parse_response, parse_usage
 
 __all__ = ["EventSplitter", "SSEEvent", "StreamReply"]
@@ -141,10 +144,14 @@ class StreamReply:
         self._reasoning: list[str] = []
         self._calls: dict[int, _Call] = {}
         self._blocks: dict[int, _Block] = {}
+        self._gemini = GeminiReply()
 
     def add(self, event: Mapping[str, Any]) -> None:
         """Fold one event's payload in."""
-        if self.api == "chat":
+        if self.api == "gemini":
+            self._gemini.add(event)
+            self.response_id = self._gemini.response_id
+        elif self.api == "chat":
             self._chat(event)
         elif self.api == "responses":
             response = event.get("response")
@@ -239,13 +246,18 @@ class StreamReply:
     @property
     def usage(self) -> Usage | None:
         """The usage the stream reported (None when it carried none)."""
+        if self.api == "gemini":
+            return self._gemini.usage
         if self.api == "responses":
             return parse_response(self.final, "responses").usage if self.final else None
         return parse_usage(self._usage, self.api)
 
     @property
     def usage_block(self) -> dict[str, Any]:
-        """The usage fields as the stream reported them (Messages: start and delta merged)."""
+        """The usage fields as the stream reported them (Messages: start and delta merged;
+        Gemini: the last `usageMetadata`)."""
+        if self.api == "gemini":
+            return dict(self._gemini.usage_block)
         if self.api == "responses":
             found = (self.final or {}).get("usage")
             return dict(found) if isinstance(found, Mapping) else {}
@@ -255,7 +267,10 @@ class StreamReply:
         """The reply body the stream adds up to, in the non-streamed shape the wire readers
         take (`cachepilot.wire.reply_elements`): Responses, the final response object;
         Messages, the content blocks as streamed (start block, deltas joined: thinking
-        signatures and every field kept); Chat, one choice with the assembled message."""
+        signatures and every field kept); Chat, one choice with the assembled message;
+        Gemini, the response the chunks add up to (`cachepilot.wire.gemini_stream`)."""
+        if self.api == "gemini":
+            return self._gemini.payload()
         if self.api == "responses":
             return dict(self.final or {})
         if self.api == "anthropic":
@@ -275,6 +290,8 @@ class StreamReply:
 
     def message(self) -> Message:
         """The assistant message the stream carried so far."""
+        if self.api == "gemini":
+            return self._gemini.message()
         if self.api == "responses":
             if self.final is None:
                 return Message(role="assistant")

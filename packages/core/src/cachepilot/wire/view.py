@@ -83,6 +83,10 @@ def read_view(body: Mapping[str, Any], api: Api) -> BodyView:
         return _read_chat(body)
     if api == "responses":
         return _read_responses(body)
+    if api == "gemini":
+        from cachepilot.wire.gemini_view import read_gemini_view  # it builds on this module
+
+        return read_gemini_view(body)
     return _read_anthropic(body)
 
 
