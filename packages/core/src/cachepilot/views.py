@@ -11,7 +11,11 @@ rewritten text is ingested as a new result: the text it replaced was never archi
 
 The text of each reduced view is kept in memory per thread and, so that a new process shows
 the same bytes, in the artifact store (`kind="view"`); `PilotState.views` maps each key to the
-view's ref (`""` when the model reads the result unchanged).
+view's ref (`""` when the model reads the result unchanged). That map wins over memory: a text
+held in memory is shown only while the state names the same ref, so after a state saved by
+another process is loaded, every process shows the view that state names; a view the state
+does not name (made while the archive was down, or by a preparation that was rolled back) is
+made again rather than kept.
 """
 
 from __future__ import annotations
@@ -123,7 +127,8 @@ class ResultViews:
         self._max_threads = max_threads
         self._lock = threading.Lock()
         # Memory is a cache (the persisted map and the archive hold the views): bounded LRU.
-        self._texts: OrderedDict[str, dict[str, str | None]] = OrderedDict()
+        # Per key: (the ref the text was stored under, or None when it was not, the text).
+        self._texts: OrderedDict[str, dict[str, tuple[str | None, str | None]]] = OrderedDict()
         self._trackers: OrderedDict[str, _Tracker] = OrderedDict()
 
     def forget(self, thread: str) -> None:
@@ -132,8 +137,9 @@ class ResultViews:
             self._texts.pop(thread, None)
             self._trackers.pop(thread, None)
 
-    def remember(self, thread: str, key: str, text: str | None) -> None:
-        """Hold the text of a view in memory (None: the result is read unchanged)."""
+    def remember(self, thread: str, key: str, text: str | None, ref: str | None = "") -> None:
+        """Hold the text of a view in memory (None: the result is read unchanged), with the ref
+        the thread's state names for it (None: the state names none)."""
         with self._lock:
             texts = self._texts.get(thread)
             if texts is None:
@@ -141,15 +147,20 @@ class ResultViews:
                 while len(self._texts) > self._max_threads:
                     self._texts.popitem(last=False)
             self._texts.move_to_end(thread)
-            texts[key] = text
+            texts[key] = (ref, text)
 
-    def held(self, thread: str, key: str) -> tuple[bool, str | None]:
-        """(found, text) of a view held in memory; text None means "unchanged"."""
+    def held(self, thread: str, key: str, ref: str | None = "") -> tuple[bool, str | None]:
+        """(found, text) of a view held in memory under `ref` (the ref the thread's state
+        names for the key); text None means "unchanged". A text held under another ref is
+        not found: the state's view wins."""
         with self._lock:
             texts = self._texts.get(thread)
             if texts is None or key not in texts:
                 return False, None
-            return True, texts[key]
+            held_ref, text = texts[key]
+            if ref is None or held_ref != ref:
+                return False, None
+            return True, text
 
     def apply(
         self,
@@ -224,25 +235,20 @@ class ResultViews:
         ):
             return message  # images or files only: nothing to reduce, no text to add
         key = view_key(message)
-        found, text = self.held(thread, key)
-        if not found:
-            ref = views.get(key)
-            if ref is not None:
-                text = load(ref) if ref else None
-                found = text is not None or not ref
-                if not found:
-                    logger.info(
-                        "thread %s: the reduced view of call %s is no longer archived; "
-                        "reducing it again",
-                        thread,
-                        message.tool_call_id,
-                    )
+        ref = views.get(key)  # the state's view wins over what memory holds
+        found, text = self.held(thread, key, ref)
+        if not found and ref is not None:
+            text = load(ref) if ref else None
+            found = text is not None or not ref
+            if not found:
+                logger.info("a reduced view is no longer archived; reducing it again")
         if not found:
             original = result_text(message)
             arguments = call.arguments if call is not None else "{}"
             reduced = ingest(name, arguments, original, str(message.tool_call_id), key)
             text = None if reduced == original else reduced
-        self.remember(thread, key, text)
+            ref = views.get(key)
+        self.remember(thread, key, text, ref)
         out = message if text is None else with_text(message, text)
         if shrink is None or isinstance(out.content, str):
             return out
@@ -267,15 +273,15 @@ class ResultViews:
     ) -> ImagePart | TextPart:
         """One image part as the model reads it (the same bytes on every call and process)."""
         key = image_key(part)
-        found, text = self.held(thread, key)
-        if not found:
-            ref = views.get(key)
-            if ref is not None:
-                text = load(ref) if ref else None
-                found = text is not None or not ref
+        ref = views.get(key)
+        found, text = self.held(thread, key, ref)
+        if not found and ref is not None:
+            text = load(ref) if ref else None
+            found = text is not None or not ref
         if not found:
             text = shrink(part, key)
-        self.remember(thread, key, text)
+            ref = views.get(key)
+        self.remember(thread, key, text, ref)
         if text is None:
             return part
         match = DATA_URL.match(text)

@@ -13,6 +13,7 @@ thread header; they are never logged or stored.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -266,9 +267,10 @@ class ProxyEngine:
             previous=self.threads.responses,
         )
         memory = await self.threads.get(await self.families.resolve(thread))
+        digest = hashlib.sha256(raw).hexdigest()  # a resend of the same request is the same call
         async with memory.lock:
             try:
-                prepared = await self._prepare(view, memory)
+                prepared = await self._prepare(view, memory, digest)
             except Exception:
                 logger.warning(
                     "thread %s: preparing the request failed; forwarding it unchanged",
@@ -285,20 +287,26 @@ class ProxyEngine:
             return await self._streamed(api, target, headers, prepared, memory)
         return await self._complete(api, target, headers, prepared, memory)
 
-    async def _prepare(self, view: BodyView, memory: ThreadMemory, attempts: int = 8) -> Prepared:
+    async def _prepare(
+        self, view: BodyView, memory: ThreadMemory, digest: str, attempts: int = 8
+    ) -> Prepared:
         """The request as the thread's state makes it, that state saved before it is sent.
 
         With a store that several processes share, the thread is loaded again when another
         process saved it since, and the prepared state is saved only over the version it was
         prepared from; when another process saved first, it is prepared again over theirs.
         So every process sends what one process serving all the requests would, and no two
-        processes apply two different plans. (Called with the thread's lock held.)
+        processes apply two different plans. The call counts once it is answered: a resend of
+        an unanswered request (`digest`: of its body) is prepared over the state the first
+        one was prepared over (`Threads.begin`). (Called with the thread's lock held.)
         """
         for _ in range(attempts):
             await self.threads.refresh(memory)
+            token = self.threads.begin(memory, digest)
             if memory.epochs_seen is None:  # what the stored state brought: not this request's
                 memory.epochs_seen = len(self.pilot.state(memory.name).plan.epochs)
             prepared = await asyncio.to_thread(self.pipeline.prepare, view, memory)
+            prepared.call = token
             if await self.threads.commit(memory):
                 return prepared
         logger.warning(
@@ -489,7 +497,9 @@ class ProxyEngine:
     def _record(
         self, prepared: Prepared, memory: ThreadMemory, usage: Usage | None, model: Any
     ) -> None:
-        """Add one upstream call's usage to the thread's state and metrics."""
+        """Note that the upstream answered; add the call's usage to the thread's state and
+        metrics."""
+        self.threads.answered(memory, prepared.call)
         if usage is None:
             return
         try:

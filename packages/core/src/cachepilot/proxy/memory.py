@@ -6,6 +6,14 @@ objects again and `reduce_results`/`prepare` cost O(new messages)), the splices 
 The pilot state and the splices are saved after every request to a `StateStore` (one JSON
 document per thread, `cachepilot inspect` reads it) and loaded the first time a thread is
 seen, so a restarted proxy sends the same bytes.
+
+A call counts when it is answered. A request's preparation is saved before it is sent (so
+processes sharing the store agree on its plan), together with the state it was prepared
+over and a digest of the request (`ThreadMemory.unanswered`); the answer clears that mark.
+When the same request comes again while the mark stands (the client lost the first one: a
+dropped connection, a killed process, an upstream error), it is prepared over that earlier
+state, in whichever process it reaches: what one process that never saw the lost request
+would send.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,6 +42,32 @@ _PROXY_KEY = "proxy"
 
 def _unnamed(_: str) -> str:
     return "(unnamed)"
+
+
+class _Unanswered:
+    """A preparation sent upstream and not answered yet (stored with the thread)."""
+
+    __slots__ = ("before", "digest", "token")
+
+    def __init__(self, token: str, digest: str, before: str) -> None:
+        self.token = token
+        """Names this preparation (a resend of the same request gets a new one)."""
+        self.digest = digest
+        """Digest of the client's request body."""
+        self.before = before
+        """The thread's document as it was before this preparation."""
+
+    def to_json(self) -> dict[str, str]:
+        return {"token": self.token, "digest": self.digest, "before": self.before}
+
+    @classmethod
+    def from_json(cls, data: Any) -> _Unanswered | None:
+        if not isinstance(data, dict):
+            return None
+        fields = [data.get(k) for k in ("token", "digest", "before")]
+        if not all(isinstance(f, str) for f in fields):
+            return None
+        return cls(*fields)
 
 
 class ThreadMemory:
@@ -57,6 +92,8 @@ class ThreadMemory:
         self.pending: list[Callable[[], None]] = []
         """Changes since the last save (usage, splices), re-applied over a newer stored
         state when another process saved the thread first."""
+        self.unanswered: _Unanswered | None = None
+        """The last preparation whose answer has not come yet (see the module docstring)."""
 
     def apply(self, change: Callable[[], None]) -> None:
         """Make a change to the thread now, and again over a newer stored state if needed."""
@@ -168,15 +205,48 @@ class Threads:
             proxy = data.pop(_PROXY_KEY, None) if isinstance(data, dict) else None
             self.pilot.load_state(memory.name, data)
             memory.splices = Splices.from_json((proxy or {}).get("splices"))
+            memory.unanswered = _Unanswered.from_json((proxy or {}).get("unanswered"))
         except Exception:
             logger.warning(
                 "thread %s: ignoring an unreadable stored state", self.label(memory.name)
             )
 
-    def _document(self, memory: ThreadMemory) -> str:
+    def _document(self, memory: ThreadMemory, *, unanswered: bool = True) -> str:
         doc: dict[str, Any] = self.pilot.export_state(memory.name)
-        doc[_PROXY_KEY] = {"splices": memory.splices.to_json()}
+        proxy: dict[str, Any] = {"splices": memory.splices.to_json()}
+        if unanswered and memory.unanswered is not None:
+            proxy["unanswered"] = memory.unanswered.to_json()
+        doc[_PROXY_KEY] = proxy
         return json.dumps(doc, ensure_ascii=False)
+
+    def begin(self, memory: ThreadMemory, digest: str) -> str:
+        """Mark the preparation about to be made for a request whose body has `digest`; returns
+        its token (for `answered`). When the thread's last preparation was of the same request
+        and never answered, the thread goes back to the state that one was prepared over
+        first, so the resend is the same call (call under the thread's lock)."""
+        last = memory.unanswered
+        if last is not None and last.digest == digest:
+            logger.debug("thread %s: a resend of an unanswered request", self.label(memory.name))
+            # The pilot's caches derive from the state being replaced: rebuilt from `before`.
+            self.pilot.drop_thread(memory.name, artifacts=False)
+            if self.store is not None:
+                self.pilot.mark_persisted(memory.name)
+            memory.previous = []
+            memory.epochs_seen = None
+            self._restore(memory, last.before)
+        memory.unanswered = None
+        token = secrets.token_hex(8)
+        memory.unanswered = _Unanswered(token, digest, self._document(memory, unanswered=False))
+        return token
+
+    def answered(self, memory: ThreadMemory, token: str) -> None:
+        """The preparation `token` was answered: it counts (also over a newer stored state)."""
+
+        def clear() -> None:
+            if memory.unanswered is not None and memory.unanswered.token == token:
+                memory.unanswered = None
+
+        memory.apply(clear)
 
     async def commit(self, memory: ThreadMemory) -> bool:
         """Save the thread only if no other process saved it since this one read it (no

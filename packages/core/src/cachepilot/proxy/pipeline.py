@@ -70,6 +70,7 @@ class Prepared:
         added_marks: Anthropic breakpoints the proxy added (message indices, -1 the header).
         unmarked: the body without the proxy's own marks (None when it added none): sent
             instead when the upstream refuses the marks.
+        call: the preparation's token (`Threads.begin`): the answer clears it.
     """
 
     body: dict[str, Any]
@@ -83,6 +84,7 @@ class Prepared:
     recall: bool
     added_marks: list[int] = field(default_factory=list)
     unmarked: dict[str, Any] | None = None
+    call: str = ""
 
 
 class Pipeline:
