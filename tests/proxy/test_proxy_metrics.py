@@ -17,6 +17,7 @@ from proxy_helpers import running_proxy
 from scripts import BASH, BIG, CALL, SYSTEM, plain_script
 
 from cachepilot.proxy import ProxyConfig
+from cachepilot.proxy.secret import SECRET_THREAD, Secret
 from cachepilot_bench.replay import ReplayProvider
 
 THREAD = "alice-private-thread"
@@ -112,7 +113,13 @@ def test_bad_metrics_settings_are_refused() -> None:
 
 
 class _BrokenStore:
+    """Gives the proxy its secret, and fails on every thread."""
+
+    secret = Secret.generate().to_json()
+
     async def load(self, thread: str) -> str | None:
+        if thread == SECRET_THREAD:
+            return self.secret
         raise OSError("disk gone")
 
     async def save(self, thread: str, state: str) -> None:

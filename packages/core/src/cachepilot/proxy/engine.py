@@ -22,17 +22,19 @@ from typing import Any
 
 import httpx
 
+from cachepilot.log_labels import set_thread_labeler, thread_label
 from cachepilot.messages import ContentPart, Message, ToolCall
 from cachepilot.metrics import call_metrics
 from cachepilot.pilot import CachePilot, Config
 from cachepilot.proxy.config import ProxyConfig
 from cachepilot.proxy.families import Families
+from cachepilot.proxy.limits import nesting_depth
 from cachepilot.proxy.memory import ThreadMemory, Threads
 from cachepilot.proxy.pipeline import Pipeline, Prepared
 from cachepilot.proxy.prometheus import ProxyMetrics
 from cachepilot.proxy.recall import answer, recall_calls, strip_recall
 from cachepilot.proxy.relay import Relay, add_usage, sse_bytes
-from cachepilot.proxy.secret import Secret, load_secret
+from cachepilot.proxy.secret import Secret, SecretUnavailableError, load_secret
 from cachepilot.proxy.stores import open_stores
 from cachepilot.proxy.threads import identify
 from cachepilot.recall import RECALL_TOOL_NAME
@@ -88,15 +90,32 @@ class Answer:
     stream: AsyncIterator[bytes] | None = None
 
 
-def _error(api: Api | None, status: int, message: str) -> Answer:
+def _error(
+    api: Api | None, status: int, message: str, code: str = "upstream_unavailable"
+) -> Answer:
     """An error in the API's own shape (Anthropic or OpenAI)."""
     if api == "anthropic":
-        kind = "timeout_error" if status == 504 else "api_error"
+        kinds = {504: "timeout_error", 400: "invalid_request_error", 413: "request_too_large"}
+        kind = kinds.get(status, "api_error")
         payload: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
     else:
         payload = {"error": {"message": message, "type": "proxy_error", "param": None,
-                             "code": "upstream_unavailable"}}  # fmt: skip
-    return Answer(status, {"content-type": "application/json"}, dumps(payload).encode())
+                             "code": code}}  # fmt: skip
+    headers = {"content-type": "application/json"}
+    if status == 503:
+        headers["retry-after"] = "1"
+    return Answer(status, headers, dumps(payload).encode())
+
+
+STORE_UNAVAILABLE = (
+    "cachepilot proxy: its state store is unavailable, so the request was not sent (no "
+    "thread is kept outside the store); retry shortly"
+)
+"""The message of the 503 a request gets while the store cannot give the proxy's secret."""
+
+
+_TOO_DEEP = object()
+"""Stands for a body too deeply nested for the JSON parser."""
 
 
 def _stream_error(api: Api, message: str) -> bytes:
@@ -138,7 +157,7 @@ def _without_marks(
     logger.warning(
         "thread %s: the upstream refused the request's cache marks; sending it again "
         "without cachepilot's marks, and adding none to this thread from now on",
-        prepared.thread,
+        thread_label(prepared.thread),
     )
     memory.marks_refused = True
     prepared.added_marks = []
@@ -168,6 +187,8 @@ class ProxyEngine:
             archive in `config.store`, else the per-user default archive).
         state_store: where thread states are kept (default: `config.store`, else memory).
         transport: an httpx transport for the upstream (tests).
+        metrics: the counters `/metrics` shows (default: this process's; a server with
+            several workers passes the ones they share).
     """
 
     def __init__(
@@ -177,6 +198,7 @@ class ProxyEngine:
         pilot: CachePilot | None = None,
         state_store: StateStore | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        metrics: ProxyMetrics | None = None,
     ) -> None:
         self.config = config
         artifacts, states = open_stores(config.store) if config.store is not None else (None, None)
@@ -188,7 +210,7 @@ class ProxyEngine:
         self.threads = Threads(pilot, state_store)
         self.families = Families(self.threads)
         self.pipeline = Pipeline(pilot, config)
-        self.metrics = ProxyMetrics(per_thread=config.metrics_per_thread)
+        self.metrics = metrics or ProxyMetrics(per_thread=config.metrics_per_thread)
         self._secret: Secret | None = None
         self._secret_lock = asyncio.Lock()
         self._transport = transport
@@ -216,12 +238,15 @@ class ProxyEngine:
             await close()
 
     async def secret(self) -> Secret:
-        """The store's secret (loaded, or created, on first use)."""
+        """The store's secret (loaded, or created, on first use; `SecretUnavailableError` while the
+        store cannot give it: asked again on the next call)."""
         if self._secret is None:
             async with self._secret_lock:
                 if self._secret is None:
                     self._secret = await load_secret(self.threads.store)
                     self.threads.label = self._secret.label
+                    set_thread_labeler(self._secret.label)  # the library's log lines too
+                    self.metrics.label = self._secret.label
         return self._secret
 
     def label(self, thread: str) -> str:
@@ -244,6 +269,12 @@ class ProxyEngine:
             body = json.loads(raw)
         except (UnicodeDecodeError, ValueError):
             body = None
+        except RecursionError:
+            body = _TOO_DEEP
+        limit = self.config.max_json_depth
+        if body is _TOO_DEEP or nesting_depth(body, limit) > limit:
+            message = f"request body nested deeper than the proxy's limit of {limit} levels"
+            return _error(api, 400, message, "invalid_request")
         if not isinstance(body, dict):
             return await self._passthrough(
                 method=method, path=path, query=query, headers=headers, raw=raw, api=api
@@ -258,15 +289,21 @@ class ProxyEngine:
             return await self._passthrough(
                 method=method, path=path, query=query, headers=headers, raw=raw, api=api
             )
+        try:
+            secret = await self.secret()
+        except SecretUnavailableError:
+            return _error(api, 503, STORE_UNAVAILABLE, "store_unavailable")
         thread = identify(
             headers,
             view,
             header=self.config.thread_header,
             scoped=self.config.key_scope,
-            secret=await self.secret(),
+            secret=secret,
             previous=self.threads.responses,
         )
         memory = await self.threads.get(await self.families.resolve(thread))
+        if thread.family is not None and self.families.enabled:
+            memory.family = thread.family  # so that forgetting the thread finds its family
         digest = hashlib.sha256(raw).hexdigest()  # a resend of the same request is the same call
         async with memory.lock:
             try:

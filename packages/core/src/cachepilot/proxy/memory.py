@@ -32,7 +32,7 @@ from cachepilot.proxy.recall import Splices
 from cachepilot.sim import RenderedRequest
 from cachepilot.state_store import StateStore, VersionedStateStore
 
-__all__ = ["ThreadMemory", "Threads"]
+__all__ = ["ThreadMemory", "Threads", "family_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,17 @@ _PROXY_KEY = "proxy"
 
 def _unnamed(_: str) -> str:
     return "(unnamed)"
+
+
+def family_of(saved: str | None) -> str | None:
+    """The family a stored thread document names (None: none, or not a thread document)."""
+    try:
+        data = json.loads(saved) if saved else None
+    except ValueError:
+        return None
+    proxy = data.get(_PROXY_KEY) if isinstance(data, dict) else None
+    family = proxy.get("family") if isinstance(proxy, dict) else None
+    return family if isinstance(family, str) else None
 
 
 class _Unanswered:
@@ -64,10 +75,10 @@ class _Unanswered:
     def from_json(cls, data: Any) -> _Unanswered | None:
         if not isinstance(data, dict):
             return None
-        fields = [data.get(k) for k in ("token", "digest", "before")]
-        if not all(isinstance(f, str) for f in fields):
+        token, digest, before = (data.get(k) for k in ("token", "digest", "before"))
+        if not (isinstance(token, str) and isinstance(digest, str) and isinstance(before, str)):
             return None
-        return cls(*fields)
+        return cls(token, digest, before)
 
 
 class ThreadMemory:
@@ -94,6 +105,9 @@ class ThreadMemory:
         state when another process saved the thread first."""
         self.unanswered: _Unanswered | None = None
         """The last preparation whose answer has not come yet (see the module docstring)."""
+        self.family: str | None = None
+        """The stored family the thread is a member of (`cachepilot.proxy.families`): kept in
+        its document so that forgetting the thread removes it from the family too."""
 
     def apply(self, change: Callable[[], None]) -> None:
         """Make a change to the thread now, and again over a newer stored state if needed."""
@@ -206,6 +220,8 @@ class Threads:
             self.pilot.load_state(memory.name, data)
             memory.splices = Splices.from_json((proxy or {}).get("splices"))
             memory.unanswered = _Unanswered.from_json((proxy or {}).get("unanswered"))
+            family = (proxy or {}).get("family")
+            memory.family = family if isinstance(family, str) else memory.family
         except Exception:
             logger.warning(
                 "thread %s: ignoring an unreadable stored state", self.label(memory.name)
@@ -216,6 +232,8 @@ class Threads:
         proxy: dict[str, Any] = {"splices": memory.splices.to_json()}
         if unanswered and memory.unanswered is not None:
             proxy["unanswered"] = memory.unanswered.to_json()
+        if memory.family is not None:
+            proxy["family"] = memory.family
         doc[_PROXY_KEY] = proxy
         return json.dumps(doc, ensure_ascii=False)
 
