@@ -135,7 +135,11 @@ def test_warnings_name_no_thread_and_no_call_id(caplog: pytest.LogCaptureFixture
         ReplayProvider(plain_script()) as upstream,
         running_proxy(upstream.base_url, state_store=_BrokenStore()) as proxy,  # type: ignore[arg-type]
     ):
-        _call(proxy.base_url, {"x-cachepilot-thread": THREAD})
+        headers = {"x-cachepilot-thread": THREAD}
+        url = f"{proxy.base_url}/chat/completions"
+        reply = httpx.post(url, json=_body(), headers=headers, timeout=30)
+    # Refused, not served from a state only this process would have.
+    assert reply.status_code == 503 and "state store is unavailable" in reply.text
     shown = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert any("could not be" in line for line in shown)  # the store failures were reported
     assert not any(THREAD in line or CALL.id in line for line in shown)

@@ -29,7 +29,7 @@ from cachepilot.pilot import CachePilot, Config
 from cachepilot.proxy.config import ProxyConfig
 from cachepilot.proxy.families import Families
 from cachepilot.proxy.limits import nesting_depth
-from cachepilot.proxy.memory import ThreadMemory, Threads
+from cachepilot.proxy.memory import StoreUnavailableError, ThreadMemory, Threads
 from cachepilot.proxy.pipeline import Pipeline, Prepared
 from cachepilot.proxy.prometheus import ProxyMetrics
 from cachepilot.proxy.recall import answer, recall_calls, strip_recall
@@ -111,7 +111,8 @@ STORE_UNAVAILABLE = (
     "cachepilot proxy: its state store is unavailable, so the request was not sent (no "
     "thread is kept outside the store); retry shortly"
 )
-"""The message of the 503 a request gets while the store cannot give the proxy's secret."""
+"""The message of the 503 a request gets while the store cannot give the proxy's secret or
+read or save the request's thread."""
 
 
 _TOO_DEEP = object()
@@ -301,14 +302,20 @@ class ProxyEngine:
             secret=secret,
             previous=self.threads.responses,
         )
-        memory = await self.threads.get(await self.families.resolve(thread))
+        try:
+            memory = await self.threads.get(await self.families.resolve(thread))
+        except StoreUnavailableError:
+            return _error(api, 503, STORE_UNAVAILABLE, "store_unavailable")
         if thread.family is not None and self.families.enabled:
             memory.family = thread.family  # so that forgetting the thread finds its family
         digest = hashlib.sha256(raw).hexdigest()  # a resend of the same request is the same call
         async with memory.lock:
             try:
                 prepared = await self._prepare(view, memory, digest)
+            except StoreUnavailableError:
+                return _error(api, 503, STORE_UNAVAILABLE, "store_unavailable")
             except Exception:
+                memory.stale = True  # the preparation may have changed it half-way
                 logger.warning(
                     "thread %s: preparing the request failed; forwarding it unchanged",
                     self.label(thread.name),

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from cachepilot.canonical.text import LEARNED_KIND
 from cachepilot.canonical.volatility import Baseline, learn, replace_learned, text_digest
 from cachepilot.log_labels import thread_label
-from cachepilot.proxy.memory import Threads
+from cachepilot.proxy.memory import StoreUnavailableError, Threads
 from cachepilot.proxy.threads import ThreadId
 from cachepilot.state_store import StateStore
 
@@ -136,6 +136,11 @@ class Families:
             return []
         try:
             saved = await self.store.load(family)
+        except Exception as exc:  # not a new family: the store is failing
+            raise StoreUnavailableError(
+                "the state store failed: a family could not be read"
+            ) from exc
+        try:
             data = json.loads(saved) if saved else {}
             out = [
                 _Member(str(m["thread"]), Baseline.model_validate(m["system"]).text())

@@ -14,6 +14,12 @@ When the same request comes again while the mark stands (the client lost the fir
 dropped connection, a killed process, an upstream error), it is prepared over that earlier
 state, in whichever process it reaches: what one process that never saw the lost request
 would send.
+
+While the store cannot read or save a thread, its requests are refused
+(`StoreUnavailableError`, a 503 the client retries) rather than served from a copy that only
+this process has: after the store is back every process prepares from the stored state, as
+one process that never saw the refused requests would. A save that fails after the upstream
+answered is kept in memory and stored with the thread's next save.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import logging
 import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from cachepilot.messages import Message
 from cachepilot.pilot import CachePilot
@@ -32,7 +38,7 @@ from cachepilot.proxy.recall import Splices
 from cachepilot.sim import RenderedRequest
 from cachepilot.state_store import StateStore, VersionedStateStore
 
-__all__ = ["ThreadMemory", "Threads", "family_of"]
+__all__ = ["StoreUnavailableError", "ThreadMemory", "Threads", "family_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +48,11 @@ _PROXY_KEY = "proxy"
 
 def _unnamed(_: str) -> str:
     return "(unnamed)"
+
+
+class StoreUnavailableError(RuntimeError):
+    """The state store could not read or save a thread: its request is not sent (the proxy
+    answers 503), so no process goes on with a state the store does not have."""
 
 
 def family_of(saved: str | None) -> str | None:
@@ -105,6 +116,9 @@ class ThreadMemory:
         state when another process saved the thread first."""
         self.unanswered: _Unanswered | None = None
         """The last preparation whose answer has not come yet (see the module docstring)."""
+        self.stale = False
+        """This process's copy may differ from the stored state (a read or save failed, or
+        a preparation was not stored): loaded again before the next preparation."""
         self.family: str | None = None
         """The stored family the thread is a member of (`cachepilot.proxy.families`): kept in
         its document so that forgetting the thread removes it from the family too."""
@@ -172,42 +186,54 @@ class Threads:
             await self._load(found)
         return found
 
+    def _unavailable(self, memory: ThreadMemory, what: str, exc: Exception) -> NoReturn:
+        memory.stale = True
+        logger.warning(
+            "thread %s: its %s failed (%s); its requests are refused until the store answers",
+            self.label(memory.name),
+            what,
+            type(exc).__name__,
+        )
+        logger.debug("the state store's error", exc_info=True)
+        raise StoreUnavailableError(f"the state store failed: {what}") from exc
+
     async def _load(self, memory: ThreadMemory) -> None:
-        """Load the thread's stored state (and its version) into the pilot and `memory`."""
+        """Load the thread's stored state (and its version) into the pilot and `memory`
+        (`StoreUnavailableError` when the store fails)."""
         assert self.store is not None
         try:
             if isinstance(self.store, VersionedStateStore):
-                saved, memory.version = await self.store.load_versioned(memory.name)
+                saved, version = await self.store.load_versioned(memory.name)
             else:
-                saved = await self.store.load(memory.name)
-        except Exception:
-            logger.warning(
-                "thread %s: its stored state could not be read",
-                self.label(memory.name),
-                exc_info=True,
-            )
-            return
+                saved, version = await self.store.load(memory.name), 0
+        except Exception as exc:
+            self._unavailable(memory, "stored state could not be read", exc)
+        memory.version = version
+        memory.stale = False
         memory.previous = []
         if saved:
             self._restore(memory, saved)
         else:
             self.pilot.load_state(memory.name, {})
             memory.splices = Splices()
+            memory.unanswered = None
 
     async def refresh(self, memory: ThreadMemory) -> bool:
         """Load the thread again when another process saved it since this one read or saved
-        it (one version read when nothing changed); True when it was loaded."""
+        it, or when this process's copy may differ from the stored one (one version read when
+        nothing changed); True when it was loaded (`StoreUnavailableError` when the store
+        fails)."""
+        if self.store is None:
+            return False
+        if memory.stale:
+            await self._load(memory)
+            return True
         if not isinstance(self.store, VersionedStateStore):
             return False
         try:
             current = await self.store.version(memory.name)
-        except Exception:
-            logger.warning(
-                "thread %s: its stored version could not be read",
-                self.label(memory.name),
-                exc_info=True,
-            )
-            return False
+        except Exception as exc:
+            self._unavailable(memory, "stored version could not be read", exc)
         if current == memory.version:
             return False
         await self._load(memory)
@@ -268,19 +294,18 @@ class Threads:
 
     async def commit(self, memory: ThreadMemory) -> bool:
         """Save the thread only if no other process saved it since this one read it (no
-        re-applying); False on such a conflict. Stores without versions always save."""
+        re-applying); False on such a conflict. Stores without versions always save.
+        `StoreUnavailableError` when the store fails."""
         if self.store is None:
             return True
         try:
             if not isinstance(self.store, VersionedStateStore):
                 await self.store.save(memory.name, self._document(memory))
+                memory.pending.clear()
                 return True
             version = await self.store.save_if(memory.name, self._document(memory), memory.version)
-        except Exception:
-            logger.warning(
-                "thread %s: its state could not be stored", self.label(memory.name), exc_info=True
-            )
-            return True  # nothing to retry against: the store is failing
+        except Exception as exc:
+            self._unavailable(memory, "state could not be stored", exc)
         if version is None:
             return False
         memory.version = version
@@ -294,14 +319,19 @@ class Threads:
         changes (`ThreadMemory.apply`) are made again over it, so no recorded call is lost.
         """
         async with memory.lock:
-            for _ in range(attempts):
-                if await self.commit(memory):
-                    return
-                pending = list(memory.pending)
-                await self._load(memory)
-                for change in pending:
-                    change()
-                memory.pending = pending
+            try:
+                for _ in range(attempts):
+                    if await self.commit(memory):
+                        return
+                    pending = list(memory.pending)
+                    await self._load(memory)
+                    for change in pending:
+                        change()
+                    memory.pending = pending
+            except StoreUnavailableError:
+                # Kept here (answered calls are not lost): stored with the next save.
+                memory.stale = False
+                return
             logger.warning(
                 "thread %s: its state was not stored after %d conflicting saves",
                 self.label(memory.name),
