@@ -189,13 +189,13 @@ class Threads:
     def _unavailable(self, memory: ThreadMemory, what: str, exc: Exception) -> NoReturn:
         memory.stale = True
         logger.warning(
-            "thread %s: its %s failed (%s); its requests are refused until the store answers",
+            "thread %s: %s failed (%s); its requests are refused until the store answers",
             self.label(memory.name),
             what,
             type(exc).__name__,
         )
         logger.debug("the state store's error", exc_info=True)
-        raise StoreUnavailableError(f"the state store failed: {what}") from exc
+        raise StoreUnavailableError(f"the state store failed: {what} failed") from exc
 
     async def _load(self, memory: ThreadMemory) -> None:
         """Load the thread's stored state (and its version) into the pilot and `memory`
@@ -207,7 +207,7 @@ class Threads:
             else:
                 saved, version = await self.store.load(memory.name), 0
         except Exception as exc:
-            self._unavailable(memory, "stored state could not be read", exc)
+            self._unavailable(memory, "reading its stored state", exc)
         memory.version = version
         memory.stale = False
         memory.previous = []
@@ -233,7 +233,7 @@ class Threads:
         try:
             current = await self.store.version(memory.name)
         except Exception as exc:
-            self._unavailable(memory, "stored version could not be read", exc)
+            self._unavailable(memory, "reading its stored version", exc)
         if current == memory.version:
             return False
         await self._load(memory)
@@ -305,7 +305,7 @@ class Threads:
                 return True
             version = await self.store.save_if(memory.name, self._document(memory), memory.version)
         except Exception as exc:
-            self._unavailable(memory, "state could not be stored", exc)
+            self._unavailable(memory, "storing its state", exc)
         if version is None:
             return False
         memory.version = version
