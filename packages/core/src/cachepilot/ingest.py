@@ -434,6 +434,7 @@ class Ingestion(PilotBase):
             load=load,
             shrink=shrink,
             native=frozenset(native),
+            archive_down=lambda: self._archive_down,
         )
 
     async def areduce_results(

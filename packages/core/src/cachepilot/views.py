@@ -15,7 +15,8 @@ view's ref (`""` when the model reads the result unchanged). That map wins over 
 held in memory is shown only while the state names the same ref, so after a state saved by
 another process is loaded, every process shows the view that state names; a view the state
 does not name (made while the archive was down, or by a preparation that was rolled back) is
-made again rather than kept.
+made again rather than kept, except while the archive is still down (it would come out the
+same, at the cost of reducing the output again on every call).
 """
 
 from __future__ import annotations
@@ -151,14 +152,14 @@ class ResultViews:
 
     def held(self, thread: str, key: str, ref: str | None = "") -> tuple[bool, str | None]:
         """(found, text) of a view held in memory under `ref` (the ref the thread's state
-        names for the key); text None means "unchanged". A text held under another ref is
-        not found: the state's view wins."""
+        names for the key, None: none); text None means "unchanged". A text held under
+        another ref is not found: the state's view wins."""
         with self._lock:
             texts = self._texts.get(thread)
             if texts is None or key not in texts:
                 return False, None
             held_ref, text = texts[key]
-            if ref is None or held_ref != ref:
+            if held_ref != ref:
                 return False, None
             return True, text
 
@@ -172,6 +173,7 @@ class ResultViews:
         load: Callable[[str], str | None],
         shrink: Shrink | None = None,
         native: Container[str] = frozenset(),
+        archive_down: Callable[[], bool] | None = None,
     ) -> list[Message]:
         """`messages` with every tool result shown as its reduced view.
 
@@ -188,6 +190,8 @@ class ResultViews:
             native: call ids of results that a native context manager (the provider's or
                 the framework's own) already replaced by its placeholder: shown as they are
                 and never ingested, so a placeholder is never archived as a tool output.
+            archive_down: whether the archive is still failing: a view made while it was,
+                which the state does not name, is shown again as it was (None: never).
         """
         with self._lock:
             tracker = self._trackers.get(thread)
@@ -204,8 +208,11 @@ class ResultViews:
                 tracker.inputs, tracker.outputs = [], []
             tail = messages[known:]
             calls = _calls_by_id(messages if known == 0 else tail, tracker.inputs)
+            down = archive_down is not None and archive_down()
             out = [
-                self._view(thread, m, calls, views, ingest=ingest, load=load, shrink=shrink)
+                self._view(
+                    thread, m, calls, views, ingest=ingest, load=load, shrink=shrink, down=down
+                )
                 if m.role == "tool" and str(m.tool_call_id) not in native
                 else m
                 for m in tail
@@ -225,6 +232,7 @@ class ResultViews:
         ingest: Ingest,
         load: Callable[[str], str | None],
         shrink: Shrink | None = None,
+        down: bool = False,
     ) -> Message:
         call = calls.get(str(message.tool_call_id))
         name = call.name if call is not None else (message.name or "")
@@ -236,7 +244,7 @@ class ResultViews:
             return message  # images or files only: nothing to reduce, no text to add
         key = view_key(message)
         ref = views.get(key)  # the state's view wins over what memory holds
-        found, text = self.held(thread, key, ref)
+        found, text = self.held(thread, key, ref) if ref is not None or down else (False, None)
         if not found and ref is not None:
             text = load(ref) if ref else None
             found = text is not None or not ref
@@ -274,7 +282,7 @@ class ResultViews:
         """One image part as the model reads it (the same bytes on every call and process)."""
         key = image_key(part)
         ref = views.get(key)
-        found, text = self.held(thread, key, ref)
+        found, text = self.held(thread, key, ref) if ref is not None else (False, None)
         if not found and ref is not None:
             text = load(ref) if ref else None
             found = text is not None or not ref
