@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import socket
 import sys
 import tempfile
@@ -42,7 +43,9 @@ from test_proxy_replicas import session
 
 from cachepilot.proxy import ProxyConfig, ProxyEngine, create_app
 from cachepilot.proxy.http_protocol import HeaderTimeoutProtocol
+from cachepilot.proxy.secret import SECRET_THREAD, Secret, SecretUnavailableError, load_secret
 from cachepilot.proxy.stores import open_stores
+from cachepilot.state_store import MemoryStateStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
 from server_helpers import PrivatePostgres, PrivateRedis, database, postgres_url_or_skip
@@ -236,7 +239,9 @@ async def _send(engine: ProxyEngine, body: dict[str, Any]) -> int:
 
 
 @pytest.mark.parametrize("kind", STORES)
-def test_dropped_requests_sent_again_are_the_same_calls(kind: str, tmp_path: Path) -> None:
+def test_dropped_requests_sent_again_are_the_same_calls(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The upstream connection drops twice (502 to the client); the client sends the same
     request again, once to the same process and once to the other one. One process counted
     30 calls for 30 answers, not 32; the bytes are the undisturbed process's."""
@@ -263,12 +268,44 @@ def test_dropped_requests_sent_again_are_the_same_calls(kind: str, tmp_path: Pat
 
     with fresh_store(kind, tmp_path) as one:
         expected, _ = run(one, 1, set())
-    with fresh_store(kind, tmp_path) as store:
+    with fresh_store(kind, tmp_path) as store, caplog.at_level(logging.INFO):
         got, _ = run(store, 2, {5, 11})
         saved = stored_thread(store)
+    _no_leak(caplog)
     assert got[5] == got[6] and got[11] == got[12]
     assert [b for n, b in enumerate(got) if n not in (5, 11)] == expected
     assert saved["calls"] == CALLS
+
+
+def _no_leak(caplog: pytest.LogCaptureFixture) -> None:
+    """No record at INFO or above (its traceback included) shows the key, the thread's
+    name or a call id."""
+    for record in caplog.records:
+        if record.levelno < logging.INFO:
+            continue
+        text = record.getMessage() + (record.exc_text or "")
+        assert not [word for word in forbidden() if word in text], text
+
+
+def test_the_secret_is_never_made_up_by_one_process() -> None:
+    """A store that fails when the secret is first asked for: no secret of the process's
+    own (which would put the thread under a second scope); asked again, the stored one."""
+
+    class Flaky(MemoryStateStore):
+        failing = True
+
+        async def load(self, thread: str) -> str | None:
+            if self.failing:
+                raise ConnectionError("the store is down")
+            return await super().load(thread)
+
+    store = Flaky()
+    stored = Secret.generate()
+    asyncio.run(store.save(SECRET_THREAD, stored.to_json()))
+    with pytest.raises(SecretUnavailableError):
+        asyncio.run(load_secret(store))
+    store.failing = False
+    assert asyncio.run(load_secret(store)).label("x") == stored.label("x")
 
 
 # ------------------------------------------------------------------ store outages
@@ -337,7 +374,9 @@ class _Outage:
 
 
 @pytest.mark.parametrize("kind", STORES)
-def test_a_store_outage_changes_no_byte_and_splits_no_thread(kind: str, tmp_path: Path) -> None:
+def test_a_store_outage_changes_no_byte_and_splits_no_thread(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The store goes down after request 6 with two processes serving; a third process
     starts during the outage. While it is down every request is refused with a 503 that says
     why (no process goes on with a state the store does not have, and the new process makes
@@ -390,8 +429,10 @@ def test_a_store_outage_changes_no_byte_and_splits_no_thread(kind: str, tmp_path
                 await engine.aclose()
             return refused
 
-        refused = asyncio.run(go())
+        with caplog.at_level(logging.INFO):
+            refused = asyncio.run(go())
         saved = stored_thread(outage.url)
+        _no_leak(caplog)
     finally:
         outage.close()
     assert all(status == 503 and b"state store is unavailable" in body for status, body in refused)
