@@ -116,6 +116,9 @@ class ThreadMemory:
         state when another process saved the thread first."""
         self.unanswered: _Unanswered | None = None
         """The last preparation whose answer has not come yet (see the module docstring)."""
+        self.clean: str | None = None
+        """The thread's document as last stored or loaded, while nothing changed since (and
+        no preparation was unanswered): what `Threads.begin` keeps without exporting again."""
         self.stale = False
         """This process's copy may differ from the stored state (a read or save failed, or
         a preparation was not stored): loaded again before the next preparation."""
@@ -127,6 +130,7 @@ class ThreadMemory:
         """Make a change to the thread now, and again over a newer stored state if needed."""
         change()
         self.pending.append(change)
+        self.clean = None
 
     def intern(self, messages: Sequence[Message]) -> list[Message]:
         """`messages` with the leading ones equal to the last request's replaced by those."""
@@ -217,6 +221,7 @@ class Threads:
             self.pilot.load_state(memory.name, {})
             memory.splices = Splices()
             memory.unanswered = None
+        memory.clean = saved if saved and memory.unanswered is None else None
 
     async def refresh(self, memory: ThreadMemory) -> bool:
         """Load the thread again when another process saved it since this one read or saved
@@ -278,9 +283,14 @@ class Threads:
             memory.previous = []
             memory.epochs_seen = None
             self._restore(memory, last.before)
+            memory.clean = last.before
+        before = memory.clean if memory.unanswered is None else None
         memory.unanswered = None
+        memory.clean = None  # the preparation changes the thread
         token = secrets.token_hex(8)
-        memory.unanswered = _Unanswered(token, digest, self._document(memory, unanswered=False))
+        if before is None:
+            before = self._document(memory, unanswered=False)
+        memory.unanswered = _Unanswered(token, digest, before)
         return token
 
     def answered(self, memory: ThreadMemory, token: str) -> None:
@@ -298,18 +308,20 @@ class Threads:
         `StoreUnavailableError` when the store fails."""
         if self.store is None:
             return True
+        document = self._document(memory)
         try:
             if not isinstance(self.store, VersionedStateStore):
-                await self.store.save(memory.name, self._document(memory))
-                memory.pending.clear()
-                return True
-            version = await self.store.save_if(memory.name, self._document(memory), memory.version)
+                await self.store.save(memory.name, document)
+                version: int | None = memory.version
+            else:
+                version = await self.store.save_if(memory.name, document, memory.version)
         except Exception as exc:
             self._unavailable(memory, "storing its state", exc)
         if version is None:
             return False
         memory.version = version
         memory.pending.clear()
+        memory.clean = document if memory.unanswered is None else None
         return True
 
     async def save(self, memory: ThreadMemory, attempts: int = 8) -> None:
