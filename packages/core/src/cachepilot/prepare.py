@@ -100,7 +100,7 @@ class Preparation(Maintenance):
             self._used(thread, cache)
         if issues:
             logger.warning(
-                "thread %s: the history breaks tool-call pairing (%d issues); calls without a "
+                "thread %s: the history breaks tool-call pairing (%d found); calls without a "
                 "result get a synthetic error result in the request, anything else is sent as is",
                 thread_label(thread),
                 len(issues),
