@@ -847,7 +847,7 @@ def test_orphan_tool_result_is_logged_once_and_sent_unchanged(
         Message("assistant", "The tests pass."),
     ]
     before = [m.to_dict() for m in history]
-    with caplog.at_level(logging.DEBUG, logger=PILOT_LOGGER):
+    with caplog.at_level(logging.DEBUG, logger="cachepilot"):
         _, view, _ = pilot.prepare("You are helpful.", history, [], "orphan-thread")
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
