@@ -599,10 +599,11 @@ def test_the_store_comes_from_a_file_or_the_environment(tmp_path: Path) -> None:
         store_setting(empty)
 
 
-def test_forget_removes_the_thread_from_its_family(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["cli", "engine"])
+def test_forget_removes_the_thread_from_its_family(tmp_path: Path, how: str) -> None:
     """A thread named by its key (not the header) is a member of a family whose stored
-    document keeps its system prompt; `cachepilot forget` leaves no row naming the thread, and
-    the family's document goes with its only member."""
+    document keeps its system prompt; `cachepilot forget` (or `engine.threads.forget`) leaves
+    no row naming the thread, and the family's document goes with its only member."""
     import sqlite3
     import subprocess
 
@@ -613,7 +614,7 @@ def test_forget_removes_the_thread_from_its_family(tmp_path: Path) -> None:
     body["messages"][0]["content"] = prompt
     body["metadata"] = {"session_id": "acme-session-1"}
 
-    async def go() -> str:
+    async def go(forget: bool) -> str:
         engine = _engine(store, upstream)
         headers = {"authorization": f"Bearer {API_KEY}"}
         answer = await engine.handle(
@@ -621,10 +622,12 @@ def test_forget_removes_the_thread_from_its_family(tmp_path: Path) -> None:
         )
         assert answer.status == 200
         [name] = engine.threads.names()
+        if forget:
+            await engine.threads.forget(name)
         await engine.aclose()
         return name
 
-    name = asyncio.run(go())
+    name = asyncio.run(go(False))
 
     def rows() -> list[str]:
         conn = sqlite3.connect(store)
@@ -638,9 +641,12 @@ def test_forget_removes_the_thread_from_its_family(tmp_path: Path) -> None:
 
     # The family document lists the thread with its system prompt (packed).
     assert any("cachepilot_family" in r and name in r for r in rows())
-    done = subprocess.run([sys.executable, "-m", "cachepilot.cli", "forget", "--store", store,
-                           name, "--stored-name"], capture_output=True, text=True, timeout=60,
-                          check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    if how == "engine":
+        asyncio.run(go(True))
+    else:
+        done = subprocess.run([sys.executable, "-m", "cachepilot.cli", "forget", "--store",
+                               store, name, "--stored-name"], capture_output=True, text=True,
+                              timeout=60, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
     left = rows()
     assert not any(name in r or "cachepilot_family" in r for r in left), left

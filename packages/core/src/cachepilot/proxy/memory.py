@@ -352,13 +352,20 @@ class Threads:
 
     async def forget(self, name: str) -> None:
         """Forget thread `name`: memory, the pilot's state, views and archive, the stored
-        document, and the response ids that pointed at it (store failures raise)."""
+        document, its entry in its family's stored document, and the response ids that
+        pointed at it (store failures raise)."""
+        from cachepilot.proxy.families import forget_member  # families builds on this module
+
         async with self._lock:
-            self._threads.pop(name, None)
+            held = self._threads.pop(name, None)
             for key in [k for k, v in self._responses.items() if v == name]:
                 del self._responses[key]
         await self.pilot.aforget(name)
         if self.store is not None:
+            family = held.family if held is not None else None
+            family = family or family_of(await self.store.load(name))
+            if family is not None:
+                await forget_member(self.store, family, name)
             await self.store.delete(name)
 
     def remember_response(self, response_id: str, thread: str) -> None:
