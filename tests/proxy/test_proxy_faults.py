@@ -39,9 +39,13 @@ from fault_helpers import (
     proxy_process,
     stream,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_proxy_replicas import session
 
+from cachepilot import CachePilot, InMemoryArtifactStore
 from cachepilot.proxy import ProxyConfig, ProxyEngine, create_app
+from cachepilot.proxy.engine import proxy_pilot_config
 from cachepilot.proxy.http_protocol import HeaderTimeoutProtocol
 from cachepilot.proxy.secret import SECRET_THREAD, Secret, SecretUnavailableError, load_secret
 from cachepilot.proxy.stores import open_stores
@@ -306,6 +310,56 @@ def test_the_secret_is_never_made_up_by_one_process() -> None:
         asyncio.run(load_secret(store))
     store.failing = False
     assert asyncio.run(load_secret(store)).label("x") == stored.label("x")
+
+
+def _memory_engines(count: int, upstream: _Upstream) -> list[ProxyEngine]:
+    """`count` processes sharing one in-memory store (archive and states)."""
+    archive, states = InMemoryArtifactStore(), MemoryStateStore()
+    config = ProxyConfig(upstream="http://upstream.invalid", provider="anthropic")
+    return [
+        ProxyEngine(
+            config,
+            pilot=CachePilot(proxy_pilot_config(config.provider), store=archive),
+            state_store=states,
+            transport=httpx.MockTransport(upstream),
+        )
+        for _ in range(count)
+    ]
+
+
+_PROPERTY_BODIES = session(13)
+
+
+def _serve(engines: list[ProxyEngine], hops: list[bool]) -> None:
+    async def go() -> None:
+        n = 0
+        for body in _PROPERTY_BODIES:
+            while await _send(engines[n % len(engines)], body) != 200:
+                n += 1 if hops[n % len(hops)] else 0  # the resend: this process or the next
+            n += 1
+
+    asyncio.run(go())
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    drops=st.sets(st.integers(0, 15), max_size=4),
+    hops=st.lists(st.booleans(), min_size=1, max_size=6),
+)
+def test_any_drops_and_resends_send_what_one_process_sends(
+    drops: set[int], hops: list[bool]
+) -> None:
+    """Property (DESIGN 2.3): whichever upstream calls drop and whichever process the client's
+    resend reaches, the requests answered are byte for byte one undisturbed process's, and
+    each dropped one is the same request as its resend."""
+    reference = _Upstream(set())
+    _serve(_memory_engines(1, reference), [True])
+    upstream = _Upstream(drops)
+    _serve(_memory_engines(2, upstream), hops)
+    lost = sorted(d for d in drops if d < len(upstream.bodies) - 1)
+    assert all(upstream.bodies[d] == upstream.bodies[d + 1] for d in lost)
+    kept = [b for n, b in enumerate(upstream.bodies) if n not in drops]
+    assert kept == reference.bodies
 
 
 # ------------------------------------------------------------------ store outages
