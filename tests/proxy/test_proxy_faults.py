@@ -1,8 +1,8 @@
 """The proxy under faults an operator meets: processes killed (SIGKILL) while a request waits
 for the upstream or while a stream is relayed, requests dropped and sent again, the store
 down for a while, a replica starting during the outage, `--workers 2`, forgetting a
-thread (bad input at the boundary: `test_proxy_boundary.py`). On SQLite, PostgreSQL and Redis (real servers; skipped without them, see
-`.ci/services.sh`).
+thread (bad input at the boundary: `test_proxy_boundary.py`). On SQLite, PostgreSQL and
+Redis (real servers; skipped without them, see `.ci/services.sh`).
 
 Each test compares what the upstream received with what it receives from one undisturbed
 process serving the same session: the same bytes, request by request (a request sent again
