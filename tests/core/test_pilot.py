@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from cachepilot.artifacts import ArtifactStore, InMemoryArtifactStore, SQLiteArtifactStore
+from cachepilot.log_labels import thread_label
 from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall
 from cachepilot.pilot import CachePilot, Config, IngestReport, PilotState
@@ -846,12 +847,16 @@ def test_orphan_tool_result_is_logged_once_and_sent_unchanged(
         Message("assistant", "The tests pass."),
     ]
     before = [m.to_dict() for m in history]
-    with caplog.at_level(logging.WARNING, logger=PILOT_LOGGER):
+    with caplog.at_level(logging.DEBUG, logger="cachepilot"):
         _, view, _ = pilot.prepare("You are helpful.", history, [], "orphan-thread")
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
-    assert "orphan-thread" in warnings[0].getMessage()
-    assert "call_gone" in warnings[0].getMessage()
+    # The thread shows as its label and the call id only at DEBUG (operations guide).
+    assert thread_label("orphan-thread") in warnings[0].getMessage()
+    assert "orphan-thread" not in warnings[0].getMessage()
+    assert "call_gone" not in warnings[0].getMessage()
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert any("call_gone" in line for line in debug)
     assert [m.to_dict() for m in view] == before
     assert [m.to_dict() for m in history] == before
     caplog.clear()

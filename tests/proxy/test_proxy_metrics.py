@@ -17,6 +17,7 @@ from proxy_helpers import running_proxy
 from scripts import BASH, BIG, CALL, SYSTEM, plain_script
 
 from cachepilot.proxy import ProxyConfig
+from cachepilot.proxy.secret import SECRET_THREAD, Secret
 from cachepilot_bench.replay import ReplayProvider
 
 THREAD = "alice-private-thread"
@@ -112,7 +113,13 @@ def test_bad_metrics_settings_are_refused() -> None:
 
 
 class _BrokenStore:
+    """Gives the proxy its secret, and fails on every thread."""
+
+    secret = Secret.generate().to_json()
+
     async def load(self, thread: str) -> str | None:
+        if thread == SECRET_THREAD:
+            return self.secret
         raise OSError("disk gone")
 
     async def save(self, thread: str, state: str) -> None:
@@ -128,9 +135,13 @@ def test_warnings_name_no_thread_and_no_call_id(caplog: pytest.LogCaptureFixture
         ReplayProvider(plain_script()) as upstream,
         running_proxy(upstream.base_url, state_store=_BrokenStore()) as proxy,  # type: ignore[arg-type]
     ):
-        _call(proxy.base_url, {"x-cachepilot-thread": THREAD})
+        headers = {"x-cachepilot-thread": THREAD}
+        url = f"{proxy.base_url}/chat/completions"
+        reply = httpx.post(url, json=_body(), headers=headers, timeout=30)
+    # Refused, not served from a state only this process would have.
+    assert reply.status_code == 503 and "state store is unavailable" in reply.text
     shown = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
-    assert any("could not be" in line for line in shown)  # the store failures were reported
+    assert any("failed" in line for line in shown)  # the store failures were reported
     assert not any(THREAD in line or CALL.id in line for line in shown)
 
 

@@ -102,15 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `cachepilot` command."""
     parser, handlers = _build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    from cachepilot.redact import RedactingFilter, redact
+    from cachepilot.redact import install_logging, redact
 
-    for handler in logging.getLogger().handlers:  # no credential shape reaches the terminal
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter())
+    # No credential shape reaches the terminal.
+    install_logging(logging.DEBUG if args.verbose else logging.WARNING)
     try:
         return handlers[args.command](args, sys.stdout, sys.stderr)
     except ValueError as exc:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cachepilot.events import LoopEvent
+from cachepilot.log_labels import thread_label
 from cachepilot.messages import ImagePart, Message, ToolCall
 from cachepilot.pilot_base import PilotBase, check_pilot_thread
 from cachepilot.reduce import Reduction, ToolResult, coerce_args, normalize_output, source_key
@@ -146,13 +147,18 @@ class Ingestion(PilotBase):
             return None
         event = LoopEvent(thread, tool_name, call_id, run, reduction.loop_same_output)
         logger.info(
-            "thread %s: tool %r called identically %d times in a row", thread, tool_name, run
+            "thread %s: tool %r called identically %d times in a row",
+            thread_label(thread),
+            tool_name,
+            run,
         )
         if self._on_loop is not None:
             try:
                 self._on_loop(event)
             except Exception:
-                logger.warning("thread %s: the on_loop hook failed", thread, exc_info=True)
+                logger.warning(
+                    "thread %s: the on_loop hook failed", thread_label(thread), exc_info=True
+                )
         return event
 
     def _ingest_reduced(
@@ -261,12 +267,13 @@ class Ingestion(PilotBase):
         first, self._archive_down = not self._archive_down, True
         logger.log(
             logging.ERROR if first else logging.WARNING,
-            "could not archive the original of tool %r call %s; outputs over the size limit "
-            "are cut to a preview until the archive is back",
+            "thread %s: could not archive the original of a tool %r output; outputs over the "
+            "size limit are cut to a preview until the archive is back",
+            thread_label(thread),
             tool_name,
-            call_id,
             exc_info=first,
         )
+        logger.debug("the output not archived: call %s", call_id)
         profile = self.config.reduction.profile_for(tool_name, args)
         text = result.text
         if len(text) > min(profile.limit, self.config.reduction.hard_cap):
@@ -383,10 +390,9 @@ class Ingestion(PilotBase):
                     )
                 except Exception:  # the view still holds in this process
                     logger.warning(
-                        "thread %s: the reduced view of call %s could not be archived; a new "
-                        "process will reduce it again",
-                        thread,
-                        call_id,
+                        "thread %s: the reduced view of a tool output could not be archived; "
+                        "it is reduced again until it is",
+                        thread_label(thread),
                         exc_info=True,
                     )
                     return report.text
@@ -399,7 +405,9 @@ class Ingestion(PilotBase):
             try:
                 found = self.store.get(thread, ref)
             except Exception:
-                logger.warning("thread %s: the archive is unavailable", thread, exc_info=True)
+                logger.warning(
+                    "thread %s: the archive is unavailable", thread_label(thread), exc_info=True
+                )
                 return None
             return None if found is None else found.text
 
@@ -413,7 +421,9 @@ class Ingestion(PilotBase):
                     )
                     ref = self.store.put(thread, replacement, meta=views_meta(key, original, ""))
                 except Exception:
-                    logger.warning("thread %s: an image could not be archived; kept", thread)
+                    logger.warning(
+                        "thread %s: an image could not be archived; kept", thread_label(thread)
+                    )
                     return None
             with self._lock:
                 state.views[key] = ref
@@ -429,6 +439,7 @@ class Ingestion(PilotBase):
             shrink=shrink,
             native=frozenset(native),
             calls=calls,
+            archive_down=lambda: self._archive_down,
         )
 
     async def areduce_results(

@@ -12,6 +12,7 @@ from typing import Any
 from cachepilot.fold import cut_before, emergency_fold, fold_start, plan_fold
 from cachepilot.fold.facts_in_use import output_values
 from cachepilot.lifecycle import LifecycleRegistry, SegmentState
+from cachepilot.log_labels import thread_label
 from cachepilot.maintenance import (
     Candidate,
     FoldEstimate,
@@ -250,7 +251,7 @@ class Maintenance(PilotBase):
             if edits:
                 logger.info(
                     "thread %s: maintenance at call %d (%s): %d edits",
-                    thread,
+                    thread_label(thread),
                     decision.call,
                     decision.reason,
                     len(edits),
@@ -258,7 +259,9 @@ class Maintenance(PilotBase):
                 return True, None
             return False, rendered
         except Exception:
-            logger.warning("thread %s: maintenance skipped after an error", thread, exc_info=True)
+            logger.warning(
+                "thread %s: maintenance skipped after an error", thread_label(thread), exc_info=True
+            )
             return False, None  # the plan may have changed half-way: render it afresh
 
     def _fold_edits(
@@ -350,7 +353,9 @@ class Maintenance(PilotBase):
                     recall=self.config.recall_tool if recall is None else bool(recall),
                 )
             except Exception:
-                logger.warning("thread %s: emergency fold failed", thread, exc_info=True)
+                logger.warning(
+                    "thread %s: emergency fold failed", thread_label(thread), exc_info=True
+                )
                 return False
             if not edits:
                 return False
@@ -358,7 +363,9 @@ class Maintenance(PilotBase):
                 Epoch(index=len(state.plan.epochs), reason="context-length-error", edits=edits)
             )
             state.revision += 1
-            logger.warning("thread %s: emergency fold after a context-length error", thread)
+            logger.warning(
+                "thread %s: emergency fold after a context-length error", thread_label(thread)
+            )
             return True
 
     def _finished_task_fold(

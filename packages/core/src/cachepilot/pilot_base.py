@@ -25,6 +25,7 @@ from cachepilot.config import Config
 from cachepilot.events import LoopHook
 from cachepilot.fold import Summarizer
 from cachepilot.lifecycle import Estimator, RuleEstimator
+from cachepilot.log_labels import thread_label
 from cachepilot.messages import KeyTracker, Message, PairingIssue, missing_results
 from cachepilot.pilot_state import PilotState
 from cachepilot.recall import RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA
@@ -202,7 +203,9 @@ class PilotBase:
             try:
                 self.store.delete_thread(thread)
             except Exception:
-                logger.warning("thread %s: archived data not deleted", thread, exc_info=True)
+                logger.warning(
+                    "thread %s: archived data not deleted", thread_label(thread), exc_info=True
+                )
 
     def forget(self, thread: str) -> None:
         """Forget a thread wherever the pilot keeps it: its live state, views and caches, and
@@ -278,7 +281,7 @@ class PilotBase:
         try:
             issues = cache.pairing_issues(view)  # incremental: the new messages only
         except Exception:  # a check must never cost the turn
-            logger.warning("thread %s: pairing check failed", thread, exc_info=True)
+            logger.warning("thread %s: pairing check failed", thread_label(thread), exc_info=True)
             return [], []
         missing = missing_results(view, issues) if issues else []
         if thread in self._warned_pairing:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cachepilot.breakpoints import advance_anchors, plan_breakpoints
+from cachepilot.log_labels import thread_label
 from cachepilot.maintain import Maintenance
 from cachepilot.messages import KeyTracker, Message
 from cachepilot.pilot_base import check_pilot_thread, check_request
@@ -88,7 +89,10 @@ class Preparation(Maintenance):
             fingerprint = self._fingerprint(out_tools)
             changed = state.tools_fingerprint is not None and fingerprint != state.tools_fingerprint
             if changed and not self.config.canonicalize:  # the canonicalizer logs it otherwise
-                logger.info("thread %s: tool set changed (the cached prefix breaks here)", thread)
+                logger.info(
+                    "thread %s: tool set changed (the cached prefix breaks here)",
+                    thread_label(thread),
+                )
             state.tools_fingerprint = fingerprint
             state.calls += 1
             state.revision += 1
@@ -96,11 +100,12 @@ class Preparation(Maintenance):
             self._used(thread, cache)
         if issues:
             logger.warning(
-                "thread %s: the history breaks tool-call pairing (%s); calls without a result "
-                "get a synthetic error result in the request, anything else is sent as is",
-                thread,
-                "; ".join(str(i) for i in issues[:3]),
+                "thread %s: the history breaks tool-call pairing (%d found); calls without a "
+                "result get a synthetic error result in the request, anything else is sent as is",
+                thread_label(thread),
+                len(issues),
             )
+            logger.debug("the pairing issues: %s", "; ".join(str(i) for i in issues[:3]))
         return system, view, out_tools
 
     async def aprepare(

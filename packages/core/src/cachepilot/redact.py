@@ -29,6 +29,7 @@ __all__ = [
     "MARKER_PREFIX",
     "RedactingFilter",
     "contains_secret",
+    "install_logging",
     "marker",
     "redact",
     "redact_slice",
@@ -289,3 +290,19 @@ class RedactingFilter(logging.Filter):
         elif record.exc_text:
             record.exc_text = redact(record.exc_text)
         return True
+
+
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+"""The format of the lines the `cachepilot` command (and each proxy worker) logs."""
+
+
+def install_logging(level: int) -> None:
+    """Log to stderr at `level` in `LOG_FORMAT`, every handler of the root logger redacting
+    credential shapes (`RedactingFilter`). For the `cachepilot` command and each process it
+    starts (proxy workers), so no process logs a line the others would have redacted."""
+    logging.basicConfig(level=level, format=LOG_FORMAT)
+    root = logging.getLogger()
+    root.setLevel(level)
+    for handler in root.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())

@@ -11,7 +11,12 @@ rewritten text is ingested as a new result: the text it replaced was never archi
 
 The text of each reduced view is kept in memory per thread and, so that a new process shows
 the same bytes, in the artifact store (`kind="view"`); `PilotState.views` maps each key to the
-view's ref (`""` when the model reads the result unchanged).
+view's ref (`""` when the model reads the result unchanged). That map wins over memory: a text
+held in memory is shown only while the state names the same ref, so after a state saved by
+another process is loaded, every process shows the view that state names; a view the state
+does not name (made while the archive was down, or by a preparation that was rolled back) is
+made again rather than kept, except while the archive is still down (it would come out the
+same, at the cost of reducing the output again on every call).
 """
 
 from __future__ import annotations
@@ -123,7 +128,8 @@ class ResultViews:
         self._max_threads = max_threads
         self._lock = threading.Lock()
         # Memory is a cache (the persisted map and the archive hold the views): bounded LRU.
-        self._texts: OrderedDict[str, dict[str, str | None]] = OrderedDict()
+        # Per key: (the ref the text was stored under, or None when it was not, the text).
+        self._texts: OrderedDict[str, dict[str, tuple[str | None, str | None]]] = OrderedDict()
         self._trackers: OrderedDict[str, _Tracker] = OrderedDict()
 
     def forget(self, thread: str) -> None:
@@ -132,8 +138,9 @@ class ResultViews:
             self._texts.pop(thread, None)
             self._trackers.pop(thread, None)
 
-    def remember(self, thread: str, key: str, text: str | None) -> None:
-        """Hold the text of a view in memory (None: the result is read unchanged)."""
+    def remember(self, thread: str, key: str, text: str | None, ref: str | None = "") -> None:
+        """Hold the text of a view in memory (None: the result is read unchanged), with the ref
+        the thread's state names for it (None: the state names none)."""
         with self._lock:
             texts = self._texts.get(thread)
             if texts is None:
@@ -141,15 +148,20 @@ class ResultViews:
                 while len(self._texts) > self._max_threads:
                     self._texts.popitem(last=False)
             self._texts.move_to_end(thread)
-            texts[key] = text
+            texts[key] = (ref, text)
 
-    def held(self, thread: str, key: str) -> tuple[bool, str | None]:
-        """(found, text) of a view held in memory; text None means "unchanged"."""
+    def held(self, thread: str, key: str, ref: str | None = "") -> tuple[bool, str | None]:
+        """(found, text) of a view held in memory under `ref` (the ref the thread's state
+        names for the key, None: none); text None means "unchanged". A text held under
+        another ref is not found: the state's view wins."""
         with self._lock:
             texts = self._texts.get(thread)
             if texts is None or key not in texts:
                 return False, None
-            return True, texts[key]
+            held_ref, text = texts[key]
+            if held_ref != ref:
+                return False, None
+            return True, text
 
     def apply(
         self,
@@ -162,6 +174,7 @@ class ResultViews:
         shrink: Shrink | None = None,
         native: Container[str] = frozenset(),
         calls: Mapping[str, ToolCall] | None = None,
+        archive_down: Callable[[], bool] | None = None,
     ) -> list[Message]:
         """`messages` with every tool result shown as its reduced view.
 
@@ -180,6 +193,8 @@ class ResultViews:
                 and never ingested, so a placeholder is never archived as a tool output.
             calls: calls that `messages` do not hold, by id (what a result answering one
                 of them is reduced as); a call in `messages` wins.
+            archive_down: whether the archive is still failing: a view made while it was,
+                which the state does not name, is shown again as it was (None: never).
         """
         with self._lock:
             tracker = self._trackers.get(thread)
@@ -197,8 +212,11 @@ class ResultViews:
             tail = messages[known:]
             found = _calls_by_id(messages if known == 0 else tail, tracker.inputs)
             calls = {**calls, **found} if calls else found
+            down = archive_down is not None and archive_down()
             out = [
-                self._view(thread, m, calls, views, ingest=ingest, load=load, shrink=shrink)
+                self._view(
+                    thread, m, calls, views, ingest=ingest, load=load, shrink=shrink, down=down
+                )
                 if m.role == "tool" and str(m.tool_call_id) not in native
                 else m
                 for m in tail
@@ -218,6 +236,7 @@ class ResultViews:
         ingest: Ingest,
         load: Callable[[str], str | None],
         shrink: Shrink | None = None,
+        down: bool = False,
     ) -> Message:
         call = calls.get(str(message.tool_call_id))
         name = call.name if call is not None else (message.name or "")
@@ -228,25 +247,20 @@ class ResultViews:
         ):
             return message  # images or files only: nothing to reduce, no text to add
         key = view_key(message)
-        found, text = self.held(thread, key)
-        if not found:
-            ref = views.get(key)
-            if ref is not None:
-                text = load(ref) if ref else None
-                found = text is not None or not ref
-                if not found:
-                    logger.info(
-                        "thread %s: the reduced view of call %s is no longer archived; "
-                        "reducing it again",
-                        thread,
-                        message.tool_call_id,
-                    )
+        ref = views.get(key)  # the state's view wins over what memory holds
+        found, text = self.held(thread, key, ref) if ref is not None or down else (False, None)
+        if not found and ref is not None:
+            text = load(ref) if ref else None
+            found = text is not None or not ref
+            if not found:
+                logger.info("a reduced view is no longer archived; reducing it again")
         if not found:
             original = result_text(message)
             arguments = call.arguments if call is not None else "{}"
             reduced = ingest(name, arguments, original, str(message.tool_call_id), key)
             text = None if reduced == original else reduced
-        self.remember(thread, key, text)
+            ref = views.get(key)
+        self.remember(thread, key, text, ref)
         out = message if text is None else with_text(message, text)
         if shrink is None or isinstance(out.content, str):
             return out
@@ -271,15 +285,15 @@ class ResultViews:
     ) -> ImagePart | TextPart:
         """One image part as the model reads it (the same bytes on every call and process)."""
         key = image_key(part)
-        found, text = self.held(thread, key)
-        if not found:
-            ref = views.get(key)
-            if ref is not None:
-                text = load(ref) if ref else None
-                found = text is not None or not ref
+        ref = views.get(key)
+        found, text = self.held(thread, key, ref) if ref is not None else (False, None)
+        if not found and ref is not None:
+            text = load(ref) if ref else None
+            found = text is not None or not ref
         if not found:
             text = shrink(part, key)
-        self.remember(thread, key, text)
+            ref = views.get(key)
+        self.remember(thread, key, text, ref)
         if text is None:
             return part
         match = DATA_URL.match(text)

@@ -24,6 +24,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from cachepilot import CachePilot
+from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
 from cachepilot.sim import get_profile
 
@@ -154,7 +155,7 @@ def mark_request(
             return MarkedRequest(system, out, [])
         chosen = pilot.cache_breakpoints(system_text, view, schemas, thread, client=client)
     except Exception:
-        logger.warning("thread %s: cache marks not planned", thread, exc_info=True)
+        logger.warning("thread %s: cache marks not planned", thread_label(thread), exc_info=True)
         return MarkedRequest(system, out, [])
     mark = _mark(pilot)
     budget = _MAX_MARKS - used

@@ -51,6 +51,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from cachepilot import CachePilot
 from cachepilot.canonical import tool_name
 from cachepilot.fold import is_context_length_error
+from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
 from cachepilot.usage import Usage
 from cachepilot_langgraph._framework_private import identifying_params, llm_type
@@ -256,7 +257,9 @@ class CachePilotChatModel(BaseChatModel):
             try:
                 self.pilot.record_usage(Usage.from_langchain(usage), call.thread)
             except Exception:
-                logger.warning("thread %s: unreadable usage_metadata", call.thread, exc_info=True)
+                logger.warning(
+                    "thread %s: unreadable usage_metadata", thread_label(call.thread), exc_info=True
+                )
         link_of(self.pilot).note_calls(call.thread, (message,))
         if call.committed:
             self._recommit(call.thread)  # a second call in the same step renders the same way
@@ -266,7 +269,9 @@ class CachePilotChatModel(BaseChatModel):
             return False
         folded = self.pilot.emergency_fold(call.system, call.core, call.thread, call.schemas)
         if folded:
-            logger.warning("thread %s: context too long; folded and retrying", call.thread)
+            logger.warning(
+                "thread %s: context too long; folded and retrying", thread_label(call.thread)
+            )
             if call.committed:
                 self._recommit(call.thread)
         return folded

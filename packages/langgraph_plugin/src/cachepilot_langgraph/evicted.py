@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from cachepilot import CachePilot
+from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
 from cachepilot.views import result_text, view_key
 
@@ -162,11 +163,11 @@ class EvictedViews:
                 text = found.text
         except Exception:  # the preview is still a valid view
             logger.warning(
-                "thread %s: no view of evicted call %s; the model reads the preview",
-                thread,
-                call_id,
+                "thread %s: no view of an evicted call; the model reads the preview",
+                thread_label(thread),
                 exc_info=True,
             )
+            logger.debug("the evicted call without a view: %s", call_id)
             return None
         if len(text) >= len(result_text(message)) and not ref:
             return None  # never show more than the preview for nothing

@@ -53,6 +53,7 @@ from langgraph.types import Command
 from cachepilot import CachePilot
 from cachepilot.canonical import tool_name
 from cachepilot.fold import is_context_length_error
+from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
 from cachepilot.metrics import Metrics, call_metrics, langsmith_metadata
 from cachepilot.recall import RECALL_TOOL_NAME
@@ -353,7 +354,9 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
                     normalized = Usage.from_langchain(usage)
                     self.pilot.record_usage(normalized, thread)
                 except Exception:
-                    logger.warning("thread %s: unreadable usage_metadata", thread, exc_info=True)
+                    logger.warning(
+                        "thread %s: unreadable usage_metadata", thread_label(thread), exc_info=True
+                    )
                     continue
                 self._observe(thread, normalized)
 
@@ -418,7 +421,7 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         if folded:
             logger.warning(
                 "thread %s: context too long for the provider; folded history and retrying once",
-                prepared.thread,
+                thread_label(prepared.thread),
             )
         return folded
 

@@ -30,6 +30,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from cachepilot import CachePilot
+from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
 from cachepilot_langgraph._shared import (
     current_store,
@@ -183,7 +184,9 @@ class CachePilotNode(Runnable[Any, dict[str, Any]]):
             self.pilot.prepare(system, core, self.schemas, thread, now=self._clock())
         except Exception:  # a maintenance failure must not cost the turn
             logger.warning(
-                "thread %s: maintenance node failed; turn goes on", thread, exc_info=True
+                "thread %s: maintenance node failed; turn goes on",
+                thread_label(thread),
+                exc_info=True,
             )
             return state_update(self.pilot, thread)
         return self._update(thread, messages, core, epochs)
@@ -198,7 +201,9 @@ class CachePilotNode(Runnable[Any, dict[str, Any]]):
             await self.pilot.aprepare(system, core, self.schemas, thread, now=self._clock())
         except Exception:
             logger.warning(
-                "thread %s: maintenance node failed; turn goes on", thread, exc_info=True
+                "thread %s: maintenance node failed; turn goes on",
+                thread_label(thread),
+                exc_info=True,
             )
             return state_update(self.pilot, thread)
         return self._update(thread, messages, core, epochs)

@@ -133,8 +133,9 @@ def cachepilot_messages(
                 text = pilot.ingest(name, args, tool_output(message), call_id, target)
             except Exception:  # the run goes on with the message as it came
                 logger.warning(
-                    "cachepilot_messages: ingestion failed for %s", call_id, exc_info=True
+                    "cachepilot_messages: ingestion of a tool result failed", exc_info=True
                 )
+                logger.debug("ingestion failed for call %s", call_id)
                 continue
             out[index] = mark_ingested(with_content(message, text))
         return out

@@ -13,6 +13,7 @@ from langchain_core.runnables import RunnableConfig
 from typing_extensions import TypedDict
 
 from cachepilot import CachePilot
+from cachepilot.log_labels import thread_label
 
 __all__ = [
     "PILOT_STATE_KEY",
@@ -97,7 +98,7 @@ def sync_pilot_state(pilot: CachePilot, thread: str, persisted: object) -> None:
     if not isinstance(persisted, Mapping):
         logger.warning(
             "thread %s: graph state %r is not a pilot state; starting fresh",
-            thread,
+            thread_label(thread),
             PILOT_STATE_KEY,
         )
         pilot.load_state(thread, {})
@@ -109,7 +110,7 @@ def sync_pilot_state(pilot: CachePilot, thread: str, persisted: object) -> None:
     except ValueError:
         logger.warning(
             "thread %s: unreadable pilot state in graph state; starting fresh",
-            thread,
+            thread_label(thread),
             exc_info=True,
         )
         pilot.load_state(thread, {})

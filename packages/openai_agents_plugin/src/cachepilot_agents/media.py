@@ -116,9 +116,11 @@ class MediaNotes:
                 },
             )
         except Exception:
-            logger.error("call %s: a large %s could not be archived; kept inline", call_id, kind)
+            logger.error("a large %s could not be archived; kept inline", kind)
+            logger.debug("the %s not archived: call %s", kind, call_id)
             return None
-        logger.info("call %s: %s of %d chars archived (ref %s)", call_id, kind, len(data), ref)
+        logger.info("a %s of %d chars archived (ref %s)", kind, len(data), ref)
+        logger.debug("the %s archived: call %s", kind, call_id)
         return ref
 
     def forget(self, thread: str) -> None:

@@ -45,6 +45,7 @@ from openai.types.responses import ResponseCompletedEvent, ResponseUsage
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 from cachepilot.fold import is_context_length_error
+from cachepilot.log_labels import thread_label
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot_agents._context import PreparedCall
 from cachepilot_agents._sdk_private import (
@@ -338,7 +339,9 @@ class PilotModel(Model):
                 return dataclasses.replace(response, usage=state.usage)
             if state.rounds > MAX_RECALL_ROUNDS:
                 output = [i for i in response.output if not _is_recall(i)]
-                logger.warning("thread %s: recall calls past the limit dropped", call.thread)
+                logger.warning(
+                    "thread %s: recall calls past the limit dropped", thread_label(call.thread)
+                )
                 return dataclasses.replace(response, output=output, usage=state.usage)
             await self._answer(state, response.output, recalls)
 
@@ -441,7 +444,9 @@ class PilotModel(Model):
                 await self._answer(state, list(response.output), recalls)
                 continue
             if recalls:
-                logger.warning("thread %s: recall calls past the limit dropped", call.thread)
+                logger.warning(
+                    "thread %s: recall calls past the limit dropped", thread_label(call.thread)
+                )
                 response = response.model_copy(
                     update={"output": [i for i in response.output if not _is_recall(i)]}
                 )
@@ -499,7 +504,7 @@ class PilotModel(Model):
         state.system, state.base = rebuilt[0], list(rebuilt[1])
         logger.warning(
             "thread %s: the provider rejected the prompt as too long; folded, retrying once",
-            call.thread,
+            thread_label(call.thread),
         )
         return True
 

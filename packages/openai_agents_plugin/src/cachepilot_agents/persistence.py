@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cachepilot import CachePilot
+from cachepilot.log_labels import thread_label
 from cachepilot_agents.exchanges import EXCHANGE_KIND, Exchange, ExchangeBook
 from cachepilot_agents.session import CachePilotSession
 from cachepilot_agents.state import StateStore, state_store_for
@@ -82,16 +83,22 @@ class ThreadPersistence:
         try:
             text = await store.load(thread)
         except Exception:
-            logger.error("thread %s: could not load the saved pilot state", thread, exc_info=True)
+            logger.error(
+                "thread %s: could not load the saved pilot state",
+                thread_label(thread),
+                exc_info=True,
+            )
             return
         if text:
             try:
                 self._pilot.load_state(thread, text)
             except Exception:
-                logger.error("thread %s: saved pilot state unreadable; starting fresh", thread)
+                logger.error(
+                    "thread %s: saved pilot state unreadable; starting fresh", thread_label(thread)
+                )
                 return
             self._saved[thread] = text
-            logger.info("thread %s: pilot state restored", thread)
+            logger.info("thread %s: pilot state restored", thread_label(thread))
 
     async def save(self, thread: str) -> None:
         """Save `thread`'s state to its store (when it has one and the state changed)."""
@@ -105,14 +112,18 @@ class ThreadPersistence:
             await store.save(thread, text)
             self._saved[thread] = text
         except Exception:
-            logger.error("thread %s: could not save the pilot state", thread, exc_info=True)
+            logger.error(
+                "thread %s: could not save the pilot state", thread_label(thread), exc_info=True
+            )
 
     async def forget(self, thread: str, store: StateStore) -> None:
         """Drop `thread`'s state (live and saved) and its recall exchanges."""
         try:
             await store.delete(thread)
         except Exception:
-            logger.error("thread %s: could not delete the saved state", thread, exc_info=True)
+            logger.error(
+                "thread %s: could not delete the saved state", thread_label(thread), exc_info=True
+            )
         self._pilot.drop_thread(thread, artifacts=False)
         self._saved.pop(thread, None)
         self._exchanges.forget(thread)
@@ -121,7 +132,9 @@ class ThreadPersistence:
                 if info.meta.get("kind") == EXCHANGE_KIND:
                     await asyncio.to_thread(self._pilot.store.delete, thread, info.ref)
         except Exception:
-            logger.warning("thread %s: recall exchanges not deleted", thread, exc_info=True)
+            logger.warning(
+                "thread %s: recall exchanges not deleted", thread_label(thread), exc_info=True
+            )
 
     async def archive_exchange(self, thread: str, exchange: Exchange) -> None:
         """Archive a recall exchange of a thread that persists (others keep it in memory)."""
@@ -136,7 +149,9 @@ class ThreadPersistence:
                 media_type="application/json",
             )
         except Exception:
-            logger.warning("thread %s: recall exchange not archived", thread, exc_info=True)
+            logger.warning(
+                "thread %s: recall exchange not archived", thread_label(thread), exc_info=True
+            )
 
     async def _load_exchanges(self, thread: str) -> None:
         try:
@@ -150,7 +165,9 @@ class ThreadPersistence:
                 if parsed is not None:
                     found.append(parsed)
         except Exception:
-            logger.warning("thread %s: recall exchanges not restored", thread, exc_info=True)
+            logger.warning(
+                "thread %s: recall exchanges not restored", thread_label(thread), exc_info=True
+            )
             return
         if found:
             self._exchanges.load(thread, found)

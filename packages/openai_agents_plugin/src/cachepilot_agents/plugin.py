@@ -45,6 +45,7 @@ from agents.usage import Usage as SdkUsage
 
 from cachepilot import CachePilot
 from cachepilot.artifacts.base import check_thread
+from cachepilot.log_labels import thread_label
 from cachepilot.metrics import call_metrics, thread_metrics
 from cachepilot.recall import RECALL_TOOL_NAME
 from cachepilot.usage import Usage
@@ -483,7 +484,7 @@ class CachePilotAgents:
         except Exception:
             logger.warning(
                 "thread %s: cachepilot could not prepare this call; input sent unchanged",
-                thread,
+                thread_label(thread),
                 exc_info=True,
             )
             return _plain(model_data)
@@ -533,7 +534,7 @@ class CachePilotAgents:
         try:
             return await answer_recall(self._pilot, arguments, call.thread)
         except Exception:
-            logger.warning("thread %s: recall failed", call.thread, exc_info=True)
+            logger.warning("thread %s: recall failed", thread_label(call.thread), exc_info=True)
             return "[recall failed: the archive could not be read; try again later]"
 
     async def add_exchange(self, call: PreparedCall, items: list[Any]) -> None:

@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from cachepilot.log_labels import thread_label
 from cachepilot_agents._sdk_private import current_run
 
 __all__ = ["RunScopes", "current_run"]
@@ -106,4 +107,4 @@ class RunScopes:
         try:
             self._release(scope)
         except Exception:  # a finalizer must never raise
-            logger.warning("scope %s: release failed", scope, exc_info=True)
+            logger.warning("scope %s: release failed", thread_label(scope), exc_info=True)

@@ -7,7 +7,17 @@ import os
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["add_forget_parser", "add_proxy_parser", "cmd_forget", "cmd_proxy"]
+__all__ = [
+    "STORE_ENV",
+    "add_forget_parser",
+    "add_proxy_parser",
+    "cmd_forget",
+    "cmd_proxy",
+    "store_setting",
+]
+
+STORE_ENV = "CACHEPILOT_STORE"
+"""The environment variable `--store` defaults to (`proxy` and `forget`)."""
 
 _DESCRIPTION = """\
 Run an HTTP proxy that gives any agent cachepilot's savings without code changes: point the
@@ -66,9 +76,12 @@ def add_proxy_parser(sub: Any) -> None:
         help="where archived originals and thread states are kept: an SQLite file (inspect it "
         "with `cachepilot inspect PATH --store PATH`), a postgresql:// or a redis:// URL; "
         "processes that "
-        "share it (--workers, replicas) agree on every thread; default: originals in the "
-        "per-user archive, states in memory",
+        "share it (--workers, replicas) agree on every thread; default: $CACHEPILOT_STORE, "
+        "else originals in the per-user archive, states in memory. A URL with a password "
+        "is better given in $CACHEPILOT_STORE or --store-file (a command line is visible to "
+        "every user of the machine)",
     )
+    _store_file_option(p)
     p.add_argument(
         "--thread-header",
         default=DEFAULT_THREAD_HEADER,
@@ -107,6 +120,11 @@ def add_proxy_parser(sub: Any) -> None:
         "$CACHEPILOT_METRICS_TOKEN; none)",
     )
     p.add_argument(
+        "--metrics-token-file",
+        metavar="PATH",
+        help="read the /metrics token from this file (its first line)",
+    )
+    p.add_argument(
         "--allowed-host",
         action="append",
         default=[],
@@ -114,6 +132,64 @@ def add_proxy_parser(sub: Any) -> None:
         help="a Host header value /metrics answers (repeatable; default: the bound address, "
         "and localhost names on loopback)",
     )
+    p.add_argument(
+        "--check-host",
+        action="store_true",
+        help="check the Host header (as for /metrics) on every route, not only /metrics",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=256 * 1024 * 1024,
+        metavar="N",
+        help="largest request body read (413 above; default 256 MiB)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds a request's line and headers may take (408; default 10)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds a request body may take (408; default 300; a pause of 30 s, or of S "
+        "when shorter, is answered 408 too)",
+    )
+
+
+def _store_file_option(p: Any) -> None:
+    p.add_argument(
+        "--store-file",
+        metavar="PATH",
+        help="read --store from this file (its first line), e.g. a URL with a password",
+    )
+
+
+def _first_line(path: str, what: str) -> str:
+    """The first line of a settings file (ValueError when missing or empty)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read {what} from {path}: {exc.strerror}") from None
+    line = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not line:
+        raise ValueError(f"{path} holds no {what}")
+    return line
+
+
+def store_setting(args: argparse.Namespace) -> str | None:
+    """--store, else --store-file's first line, else $CACHEPILOT_STORE (None: none)."""
+    if args.store and getattr(args, "store_file", None):
+        raise ValueError("give --store or --store-file, not both")
+    if args.store:
+        return str(args.store)
+    if getattr(args, "store_file", None):
+        return _first_line(args.store_file, "a store path or URL")
+    return os.environ.get(STORE_ENV) or None
 
 
 def cmd_proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -130,20 +206,28 @@ def cmd_proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from cachepilot.proxy.app import serve
     from cachepilot.proxy.config import ProxyConfig
 
+    token = args.metrics_token or None
+    if args.metrics_token_file:
+        token = _first_line(args.metrics_token_file, "a metrics token")
     config = ProxyConfig(
         upstream=args.upstream,
         host=args.host,
         port=args.port,
         provider=args.provider,
-        store=args.store or None,
+        store=store_setting(args),
         thread_header=args.thread_header,
         key_scope=not args.no_key_scope,
         recall=not args.no_recall,
         timeout=args.timeout,
         metrics=not args.no_metrics,
         metrics_per_thread=args.metrics_per_thread,
-        metrics_token=args.metrics_token or None,
+        metrics_token=token,
         allowed_hosts=tuple(args.allowed_host),
+        check_host=args.check_host,
+        max_body_bytes=args.max_body_bytes,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+        body_idle_timeout=min(30.0, args.body_timeout),
     )
     out.write(
         f"cachepilot proxy on http://{config.host}:{config.port} -> {config.upstream} "
@@ -169,7 +253,10 @@ def add_forget_parser(sub: Any) -> None:
         "--stored-name.",
     )
     p.add_argument("thread", metavar="THREAD", help="the thread header value (or stored name)")
-    p.add_argument("--store", required=True, metavar="PATH|URL", help="the proxy's --store")
+    p.add_argument(
+        "--store", metavar="PATH|URL", help="the proxy's --store (default: $CACHEPILOT_STORE)"
+    )
+    _store_file_option(p)
     p.add_argument(
         "--api-key-env",
         metavar="VAR",
@@ -185,13 +272,18 @@ def cmd_forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import asyncio
 
     from cachepilot.pilot import CachePilot
-    from cachepilot.proxy.secret import load_secret
+    from cachepilot.proxy.families import forget_member
+    from cachepilot.proxy.memory import family_of
+    from cachepilot.proxy.secret import SecretUnavailableError, load_secret
     from cachepilot.proxy.stores import is_url, open_stores
     from cachepilot.proxy.threads import key_scope
 
-    if not is_url(args.store) and not Path(args.store).is_file():
-        raise ValueError(f"no such store: {args.store}")
-    artifacts, states = open_stores(args.store)
+    store = store_setting(args)
+    if store is None:
+        raise ValueError(f"name the proxy's store: --store, --store-file or ${STORE_ENV}")
+    if not is_url(store) and not Path(store).is_file():
+        raise ValueError(f"no such store: {store}")
+    artifacts, states = open_stores(store)
     key = None
     if not args.stored_name and args.api_key_env:
         key = os.environ.get(args.api_key_env)
@@ -209,11 +301,18 @@ def cmd_forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     async def forget_thread() -> bool:
         name = str(args.thread)
         if key is not None:
-            name = f"{key_scope({'x-api-key': key}, await load_secret(states))}/{name}"
-        had_state = await states.load(name) is not None
-        if not (had_state or await artifacts.alist(name)):
+            try:
+                secret = await load_secret(states)
+            except SecretUnavailableError as exc:
+                raise ValueError(f"{exc}: nothing was removed") from exc
+            name = f"{key_scope({'x-api-key': key}, secret)}/{name}"
+        saved = await states.load(name)
+        if not (saved is not None or await artifacts.alist(name)):
             return False
         await CachePilot(store=artifacts).aforget(name)
+        family = family_of(saved)
+        if family is not None:  # the family document keeps the thread's system prompt
+            await forget_member(states, family, name)
         await states.delete(name)
         return True
 

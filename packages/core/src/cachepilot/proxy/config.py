@@ -55,6 +55,15 @@ class ProxyConfig:
         allowed_hosts: host names `/metrics` answers in the `Host` header (a web page
             reaching the proxy through DNS rebinding sends its own host name); empty: the
             bound address and, on loopback, `localhost`, `127.0.0.1` and `::1`.
+        check_host: apply that `Host` check to every route, not only `/metrics` (421 for
+            another host).
+        max_body_bytes: the largest request body read (413 above it).
+        max_json_depth: the deepest nesting of a model request's JSON body (400 deeper).
+        body_idle_timeout: seconds a request body may pause before the request is
+            answered 408 (a `Content-Length` larger than what is sent).
+        body_timeout: seconds a whole request body may take (408 after).
+        header_timeout: seconds a request's line and headers may take (408, connection
+            closed).
         clock: the time source of the cost model (the wall clock; benchmarks replaying
             recorded sessions pass the recording's clock).
     """
@@ -73,6 +82,12 @@ class ProxyConfig:
     metrics_per_thread: bool = False
     metrics_token: str | None = None
     allowed_hosts: tuple[str, ...] = ()
+    check_host: bool = False
+    max_body_bytes: int = 256 * 1024 * 1024
+    max_json_depth: int = 256
+    body_idle_timeout: float = 30.0
+    body_timeout: float = 300.0
+    header_timeout: float = 10.0
     clock: Callable[[], float] = field(default=time.time, compare=False)
 
     def __post_init__(self) -> None:
@@ -110,6 +125,13 @@ class ProxyConfig:
         if any(not h or any(c.isspace() for c in h) for h in hosts):
             raise ValueError(f"invalid --allowed-host value in {self.allowed_hosts!r}")
         object.__setattr__(self, "allowed_hosts", hosts)
+        if self.max_body_bytes < 1024:
+            raise ValueError(f"--max-body-bytes must be >= 1024, not {self.max_body_bytes}")
+        if not 8 <= self.max_json_depth <= 900:  # json's own recursion stops near 1000
+            raise ValueError(f"max_json_depth must be in 8..900, not {self.max_json_depth}")
+        for name in ("body_idle_timeout", "body_timeout", "header_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 seconds")
 
     def to_json(self) -> str:
         """The settings as JSON (the clock is not carried: `from_json` uses the wall clock)."""
@@ -129,7 +151,8 @@ class ProxyConfig:
         return cls(**data)
 
     def metrics_host_allowed(self, host: str) -> bool:
-        """Whether `/metrics` answers a request with this `Host` header (see `allowed_hosts`).
+        """Whether `/metrics` (and, with `check_host`, every route) answers a request with
+        this `Host` header (see `allowed_hosts`).
 
         Only the name counts: a page reaching the port through DNS rebinding has the same port
         and its own name.

@@ -16,6 +16,7 @@ for without `alt=sse` (one JSON array) is forwarded unchanged.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -25,18 +26,20 @@ from urllib.parse import parse_qsl
 
 import httpx
 
+from cachepilot.log_labels import set_thread_labeler, thread_label
 from cachepilot.messages import ContentPart, Message, ToolCall
 from cachepilot.metrics import call_metrics
 from cachepilot.pilot import CachePilot, Config
 from cachepilot.proxy.calls import streamed_call
 from cachepilot.proxy.config import ProxyConfig
 from cachepilot.proxy.families import Families
-from cachepilot.proxy.memory import ThreadMemory, Threads
+from cachepilot.proxy.limits import nesting_depth
+from cachepilot.proxy.memory import StoreUnavailableError, ThreadMemory, Threads
 from cachepilot.proxy.pipeline import Pipeline, Prepared
 from cachepilot.proxy.prometheus import ProxyMetrics
 from cachepilot.proxy.recall import answer, recall_calls, strip_recall
 from cachepilot.proxy.relay import Relay, add_usage, sse_bytes
-from cachepilot.proxy.secret import Secret, load_secret
+from cachepilot.proxy.secret import Secret, SecretUnavailableError, load_secret
 from cachepilot.proxy.stores import open_stores
 from cachepilot.proxy.threads import AUTH_HEADERS, identify
 from cachepilot.recall import RECALL_TOOL_NAME
@@ -93,7 +96,13 @@ class Answer:
     stream: AsyncIterator[bytes] | None = None
 
 
-_GEMINI_STATUS = {502: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+_GEMINI_STATUS = {
+    400: "INVALID_ARGUMENT",
+    413: "INVALID_ARGUMENT",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
 
 
 def _gemini_error(status: int, message: str) -> dict[str, Any]:
@@ -101,17 +110,35 @@ def _gemini_error(status: int, message: str) -> dict[str, Any]:
                       "status": _GEMINI_STATUS.get(status, "INTERNAL")}}  # fmt: skip
 
 
-def _error(api: Api | None, status: int, message: str) -> Answer:
+def _error(
+    api: Api | None, status: int, message: str, code: str = "upstream_unavailable"
+) -> Answer:
     """An error in the API's own shape (Anthropic, Gemini or OpenAI)."""
     if api == "gemini":
         payload: dict[str, Any] = _gemini_error(status, message)
     elif api == "anthropic":
-        kind = "timeout_error" if status == 504 else "api_error"
+        kinds = {504: "timeout_error", 400: "invalid_request_error", 413: "request_too_large"}
+        kind = kinds.get(status, "api_error")
         payload = {"type": "error", "error": {"type": kind, "message": message}}
     else:
         payload = {"error": {"message": message, "type": "proxy_error", "param": None,
-                             "code": "upstream_unavailable"}}  # fmt: skip
-    return Answer(status, {"content-type": "application/json"}, dumps(payload).encode())
+                             "code": code}}  # fmt: skip
+    headers = {"content-type": "application/json"}
+    if status == 503:
+        headers["retry-after"] = "1"
+    return Answer(status, headers, dumps(payload).encode())
+
+
+STORE_UNAVAILABLE = (
+    "cachepilot proxy: its state store is unavailable, so the request was not sent (no "
+    "thread is kept outside the store); retry shortly"
+)
+"""The message of the 503 a request gets while the store cannot give the proxy's secret or
+read or save the request's thread."""
+
+
+_TOO_DEEP = object()
+"""Stands for a body too deeply nested for the JSON parser."""
 
 
 def _stream_error(api: Api, message: str) -> bytes:
@@ -155,7 +182,7 @@ def _without_marks(
     logger.warning(
         "thread %s: the upstream refused the request's cache marks; sending it again "
         "without cachepilot's marks, and adding none to this thread from now on",
-        prepared.thread,
+        thread_label(prepared.thread),
     )
     memory.marks_refused = True
     prepared.added_marks = []
@@ -215,6 +242,8 @@ class ProxyEngine:
             archive in `config.store`, else the per-user default archive).
         state_store: where thread states are kept (default: `config.store`, else memory).
         transport: an httpx transport for the upstream (tests).
+        metrics: the counters `/metrics` shows (default: this process's; a server with
+            several workers passes the ones they share).
     """
 
     def __init__(
@@ -224,6 +253,7 @@ class ProxyEngine:
         pilot: CachePilot | None = None,
         state_store: StateStore | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        metrics: ProxyMetrics | None = None,
     ) -> None:
         self.config = config
         artifacts, states = open_stores(config.store) if config.store is not None else (None, None)
@@ -235,7 +265,7 @@ class ProxyEngine:
         self.threads = Threads(pilot, state_store)
         self.families = Families(self.threads)
         self.pipeline = Pipeline(pilot, config)
-        self.metrics = ProxyMetrics(per_thread=config.metrics_per_thread)
+        self.metrics = metrics or ProxyMetrics(per_thread=config.metrics_per_thread)
         self._secret: Secret | None = None
         self._secret_lock = asyncio.Lock()
         self._transport = transport
@@ -263,12 +293,15 @@ class ProxyEngine:
             await close()
 
     async def secret(self) -> Secret:
-        """The store's secret (loaded, or created, on first use)."""
+        """The store's secret (loaded, or created, on first use; `SecretUnavailableError` while the
+        store cannot give it: asked again on the next call)."""
         if self._secret is None:
             async with self._secret_lock:
                 if self._secret is None:
                     self._secret = await load_secret(self.threads.store)
                     self.threads.label = self._secret.label
+                    set_thread_labeler(self._secret.label)  # the library's log lines too
+                    self.metrics.label = self._secret.label
         return self._secret
 
     def label(self, thread: str) -> str:
@@ -291,6 +324,12 @@ class ProxyEngine:
             body = json.loads(raw)
         except (UnicodeDecodeError, ValueError):
             body = None
+        except RecursionError:
+            body = _TOO_DEEP
+        limit = self.config.max_json_depth
+        if body is _TOO_DEEP or nesting_depth(body, limit) > limit:
+            message = f"request body nested deeper than the proxy's limit of {limit} levels"
+            return _error(api, 400, message, "invalid_request")
         if not isinstance(body, dict):
             return await self._passthrough(
                 method=method, path=path, query=query, headers=headers, raw=raw, api=api
@@ -311,19 +350,32 @@ class ProxyEngine:
             return await self._passthrough(
                 method=method, path=path, query=query, headers=headers, raw=raw, api=api
             )
+        try:
+            secret = await self.secret()
+        except SecretUnavailableError:
+            return _error(api, 503, STORE_UNAVAILABLE, "store_unavailable")
         thread = identify(
             _with_query_key(headers, query) if api == "gemini" else headers,
             view,
             header=self.config.thread_header,
             scoped=self.config.key_scope,
-            secret=await self.secret(),
+            secret=secret,
             previous=self.threads.responses,
         )
-        memory = await self.threads.get(await self.families.resolve(thread))
+        try:
+            memory = await self.threads.get(await self.families.resolve(thread))
+        except StoreUnavailableError:
+            return _error(api, 503, STORE_UNAVAILABLE, "store_unavailable")
+        if thread.family is not None and self.families.enabled:
+            memory.family = thread.family  # so that forgetting the thread finds its family
+        digest = hashlib.sha256(raw).hexdigest()  # a resend of the same request is the same call
         async with memory.lock:
             try:
-                prepared = await self._prepare(view, memory)
+                prepared = await self._prepare(view, memory, digest)
+            except StoreUnavailableError:
+                return _error(api, 503, STORE_UNAVAILABLE, "store_unavailable")
             except Exception:
+                memory.stale = True  # the preparation may have changed it half-way
                 logger.warning(
                     "thread %s: preparing the request failed; forwarding it unchanged",
                     self.label(thread.name),
@@ -339,20 +391,26 @@ class ProxyEngine:
             return await self._streamed(api, target, headers, prepared, memory)
         return await self._complete(api, target, headers, prepared, memory)
 
-    async def _prepare(self, view: BodyView, memory: ThreadMemory, attempts: int = 8) -> Prepared:
+    async def _prepare(
+        self, view: BodyView, memory: ThreadMemory, digest: str, attempts: int = 8
+    ) -> Prepared:
         """The request as the thread's state makes it, that state saved before it is sent.
 
         With a store that several processes share, the thread is loaded again when another
         process saved it since, and the prepared state is saved only over the version it was
         prepared from; when another process saved first, it is prepared again over theirs.
         So every process sends what one process serving all the requests would, and no two
-        processes apply two different plans. (Called with the thread's lock held.)
+        processes apply two different plans. The call counts once it is answered: a resend of
+        an unanswered request (`digest`: of its body) is prepared over the state the first
+        one was prepared over (`Threads.begin`). (Called with the thread's lock held.)
         """
         for _ in range(attempts):
             await self.threads.refresh(memory)
+            token = self.threads.begin(memory, digest)
             if memory.epochs_seen is None:  # what the stored state brought: not this request's
                 memory.epochs_seen = len(self.pilot.state(memory.name).plan.epochs)
             prepared = await asyncio.to_thread(self.pipeline.prepare, view, memory)
+            prepared.call = token
             if await self.threads.commit(memory):
                 return prepared
         logger.warning(
@@ -562,7 +620,9 @@ class ProxyEngine:
     def _record(
         self, prepared: Prepared, memory: ThreadMemory, usage: Usage | None, model: Any
     ) -> None:
-        """Add one upstream call's usage to the thread's state and metrics."""
+        """Note that the upstream answered; add the call's usage to the thread's state and
+        metrics."""
+        self.threads.answered(memory, prepared.call)
         if usage is None:
             return
         try:

@@ -16,6 +16,7 @@ A system prompt that differs otherwise (a side request with its own prompt, a ge
 instruction change) starts a member of its own, as before. The learned spans live in each
 thread's pilot state; the family (its members and their last system prompts) is kept in the
 state store next to the threads, so a restarted proxy maps the next call to the same thread.
+Forgetting a thread (`forget_member`) removes it, and its system prompt, from its family.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from dataclasses import dataclass
 
 from cachepilot.canonical.text import LEARNED_KIND
 from cachepilot.canonical.volatility import Baseline, learn, replace_learned, text_digest
-from cachepilot.proxy.memory import Threads
+from cachepilot.log_labels import thread_label
+from cachepilot.proxy.memory import StoreUnavailableError, Threads
 from cachepilot.proxy.threads import ThreadId
+from cachepilot.state_store import StateStore
 
-__all__ = ["FAMILY_DOC_KEY", "Families"]
+__all__ = ["FAMILY_DOC_KEY", "Families", "forget_member"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,13 +136,18 @@ class Families:
             return []
         try:
             saved = await self.store.load(family)
+        except Exception as exc:  # not a new family: the store is failing
+            raise StoreUnavailableError(
+                "the state store failed: a family could not be read"
+            ) from exc
+        try:
             data = json.loads(saved) if saved else {}
             out = [
                 _Member(str(m["thread"]), Baseline.model_validate(m["system"]).text())
                 for m in data.get("members", ())
             ]
         except Exception:
-            logger.warning("family %s: ignoring an unreadable stored family", family)
+            logger.warning("family %s: ignoring an unreadable stored family", thread_label(family))
             return []
         return out[:_MAX_MEMBERS]
 
@@ -155,4 +163,19 @@ class Families:
         try:
             await self.store.save(family, json.dumps(doc, ensure_ascii=False))
         except Exception:
-            logger.warning("family %s: it could not be stored", family, exc_info=True)
+            logger.warning("family %s: it could not be stored", thread_label(family), exc_info=True)
+
+
+async def forget_member(store: StateStore, family: str, thread: str) -> None:
+    """Remove `thread` (and the system prompt kept for it) from the stored family `family`;
+    the family's document goes with its last member (store failures raise)."""
+    saved = await store.load(family)
+    data = json.loads(saved) if saved else {}
+    if not isinstance(data, dict) or FAMILY_DOC_KEY not in data:
+        return
+    members = [m for m in data.get("members", ()) if m.get("thread") != thread]
+    if not members:
+        await store.delete(family)
+        return
+    data["members"] = members
+    await store.save(family, json.dumps(data, ensure_ascii=False))

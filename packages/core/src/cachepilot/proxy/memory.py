@@ -8,6 +8,20 @@ breakpoints) and a lock. The pilot state, the splices, the seen calls and the ma
 are saved after every request to a `StateStore` (one JSON document per
 thread, `cachepilot inspect` reads it) and loaded the first time a thread is seen, so a
 restarted proxy sends the same bytes.
+
+A call counts when it is answered. A request's preparation is saved before it is sent (so
+processes sharing the store agree on its plan), together with the state it was prepared
+over and a digest of the request (`ThreadMemory.unanswered`); the answer clears that mark.
+When the same request comes again while the mark stands (the client lost the first one: a
+dropped connection, a killed process, an upstream error), it is prepared over that earlier
+state, in whichever process it reaches: what one process that never saw the lost request
+would send.
+
+While the store cannot read or save a thread, its requests are refused
+(`StoreUnavailableError`, a 503 the client retries) rather than served from a copy that only
+this process has: after the store is back every process prepares from the stored state, as
+one process that never saw the refused requests would. A save that fails after the upstream
+answered is kept in memory and stored with the thread's next save.
 """
 
 from __future__ import annotations
@@ -15,9 +29,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from cachepilot.messages import Message
 from cachepilot.pilot import CachePilot
@@ -27,7 +42,7 @@ from cachepilot.proxy.recall import Splices
 from cachepilot.sim import RenderedRequest
 from cachepilot.state_store import StateStore, VersionedStateStore
 
-__all__ = ["ThreadMemory", "Threads"]
+__all__ = ["StoreUnavailableError", "ThreadMemory", "Threads", "family_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +52,48 @@ _PROXY_KEY = "proxy"
 
 def _unnamed(_: str) -> str:
     return "(unnamed)"
+
+
+class StoreUnavailableError(RuntimeError):
+    """The state store could not read or save a thread: its request is not sent (the proxy
+    answers 503), so no process goes on with a state the store does not have."""
+
+
+def family_of(saved: str | None) -> str | None:
+    """The family a stored thread document names (None: none, or not a thread document)."""
+    try:
+        data = json.loads(saved) if saved else None
+    except ValueError:
+        return None
+    proxy = data.get(_PROXY_KEY) if isinstance(data, dict) else None
+    family = proxy.get("family") if isinstance(proxy, dict) else None
+    return family if isinstance(family, str) else None
+
+
+class _Unanswered:
+    """A preparation sent upstream and not answered yet (stored with the thread)."""
+
+    __slots__ = ("before", "digest", "token")
+
+    def __init__(self, token: str, digest: str, before: str) -> None:
+        self.token = token
+        """Names this preparation (a resend of the same request gets a new one)."""
+        self.digest = digest
+        """Digest of the client's request body."""
+        self.before = before
+        """The thread's document as it was before this preparation."""
+
+    def to_json(self) -> dict[str, str]:
+        return {"token": self.token, "digest": self.digest, "before": self.before}
+
+    @classmethod
+    def from_json(cls, data: Any) -> _Unanswered | None:
+        if not isinstance(data, dict):
+            return None
+        token, digest, before = (data.get(k) for k in ("token", "digest", "before"))
+        if not (isinstance(token, str) and isinstance(digest, str) and isinstance(before, str)):
+            return None
+        return cls(token, digest, before)
 
 
 class ThreadMemory:
@@ -65,11 +122,23 @@ class ThreadMemory:
         self.pending: list[Callable[[], None]] = []
         """Changes since the last save (usage, splices), re-applied over a newer stored
         state when another process saved the thread first."""
+        self.unanswered: _Unanswered | None = None
+        """The last preparation whose answer has not come yet (see the module docstring)."""
+        self.clean: str | None = None
+        """The thread's document as last stored or loaded, while nothing changed since (and
+        no preparation was unanswered): what `Threads.begin` keeps without exporting again."""
+        self.stale = False
+        """This process's copy may differ from the stored state (a read or save failed, or
+        a preparation was not stored): loaded again before the next preparation."""
+        self.family: str | None = None
+        """The stored family the thread is a member of (`cachepilot.proxy.families`): kept in
+        its document so that forgetting the thread removes it from the family too."""
 
     def apply(self, change: Callable[[], None]) -> None:
         """Make a change to the thread now, and again over a newer stored state if needed."""
         change()
         self.pending.append(change)
+        self.clean = None
 
     def intern(self, messages: Sequence[Message]) -> list[Message]:
         """`messages` with the leading ones equal to the last request's replaced by those."""
@@ -129,21 +198,30 @@ class Threads:
             await self._load(found)
         return found
 
+    def _unavailable(self, memory: ThreadMemory, what: str, exc: Exception) -> NoReturn:
+        memory.stale = True
+        logger.warning(
+            "thread %s: %s failed (%s); its requests are refused until the store answers",
+            self.label(memory.name),
+            what,
+            type(exc).__name__,
+        )
+        logger.debug("the state store's error", exc_info=True)
+        raise StoreUnavailableError(f"the state store failed: {what} failed") from exc
+
     async def _load(self, memory: ThreadMemory) -> None:
-        """Load the thread's stored state (and its version) into the pilot and `memory`."""
+        """Load the thread's stored state (and its version) into the pilot and `memory`
+        (`StoreUnavailableError` when the store fails)."""
         assert self.store is not None
         try:
             if isinstance(self.store, VersionedStateStore):
-                saved, memory.version = await self.store.load_versioned(memory.name)
+                saved, version = await self.store.load_versioned(memory.name)
             else:
-                saved = await self.store.load(memory.name)
-        except Exception:
-            logger.warning(
-                "thread %s: its stored state could not be read",
-                self.label(memory.name),
-                exc_info=True,
-            )
-            return
+                saved, version = await self.store.load(memory.name), 0
+        except Exception as exc:
+            self._unavailable(memory, "reading its stored state", exc)
+        memory.version = version
+        memory.stale = False
         memory.previous = []
         if saved:
             self._restore(memory, saved)
@@ -152,21 +230,25 @@ class Threads:
             memory.splices = Splices()
             memory.calls = SeenCalls()
             memory.blocks = BlockForms()
+            memory.unanswered = None
+        memory.clean = saved if saved and memory.unanswered is None else None
 
     async def refresh(self, memory: ThreadMemory) -> bool:
         """Load the thread again when another process saved it since this one read or saved
-        it (one version read when nothing changed); True when it was loaded."""
+        it, or when this process's copy may differ from the stored one (one version read when
+        nothing changed); True when it was loaded (`StoreUnavailableError` when the store
+        fails)."""
+        if self.store is None:
+            return False
+        if memory.stale:
+            await self._load(memory)
+            return True
         if not isinstance(self.store, VersionedStateStore):
             return False
         try:
             current = await self.store.version(memory.name)
-        except Exception:
-            logger.warning(
-                "thread %s: its stored version could not be read",
-                self.label(memory.name),
-                exc_info=True,
-            )
-            return False
+        except Exception as exc:
+            self._unavailable(memory, "reading its stored version", exc)
         if current == memory.version:
             return False
         await self._load(memory)
@@ -180,39 +262,82 @@ class Threads:
             memory.splices = Splices.from_json((proxy or {}).get("splices"))
             memory.calls = SeenCalls.from_json((proxy or {}).get("calls"))
             memory.blocks = BlockForms.from_json((proxy or {}).get("blocks"))
+            memory.unanswered = _Unanswered.from_json((proxy or {}).get("unanswered"))
+            family = (proxy or {}).get("family")
+            memory.family = family if isinstance(family, str) else memory.family
         except Exception:
             logger.warning(
                 "thread %s: ignoring an unreadable stored state", self.label(memory.name)
             )
 
-    def _document(self, memory: ThreadMemory) -> str:
+    def _document(self, memory: ThreadMemory, *, unanswered: bool = True) -> str:
         doc: dict[str, Any] = self.pilot.export_state(memory.name)
-        doc[_PROXY_KEY] = {
+        proxy: dict[str, Any] = {
             "splices": memory.splices.to_json(),
             "calls": memory.calls.to_json(),
             "blocks": memory.blocks.to_json(),
         }
+        if unanswered and memory.unanswered is not None:
+            proxy["unanswered"] = memory.unanswered.to_json()
+        if memory.family is not None:
+            proxy["family"] = memory.family
+        doc[_PROXY_KEY] = proxy
         return json.dumps(doc, ensure_ascii=False)
+
+    def begin(self, memory: ThreadMemory, digest: str) -> str:
+        """Mark the preparation about to be made for a request whose body has `digest`; returns
+        its token (for `answered`). When the thread's last preparation was of the same request
+        and never answered, the thread goes back to the state that one was prepared over
+        first, so the resend is the same call (call under the thread's lock)."""
+        last = memory.unanswered
+        if last is not None and last.digest == digest:
+            logger.debug("thread %s: a resend of an unanswered request", self.label(memory.name))
+            # The pilot's caches derive from the state being replaced: rebuilt from `before`.
+            self.pilot.drop_thread(memory.name, artifacts=False)
+            if self.store is not None:
+                self.pilot.mark_persisted(memory.name)
+            memory.previous = []
+            memory.epochs_seen = None
+            self._restore(memory, last.before)
+            memory.clean = last.before
+        before = memory.clean if memory.unanswered is None else None
+        memory.unanswered = None
+        memory.clean = None  # the preparation changes the thread
+        token = secrets.token_hex(8)
+        if before is None:
+            before = self._document(memory, unanswered=False)
+        memory.unanswered = _Unanswered(token, digest, before)
+        return token
+
+    def answered(self, memory: ThreadMemory, token: str) -> None:
+        """The preparation `token` was answered: it counts (also over a newer stored state)."""
+
+        def clear() -> None:
+            if memory.unanswered is not None and memory.unanswered.token == token:
+                memory.unanswered = None
+
+        memory.apply(clear)
 
     async def commit(self, memory: ThreadMemory) -> bool:
         """Save the thread only if no other process saved it since this one read it (no
-        re-applying); False on such a conflict. Stores without versions always save."""
+        re-applying); False on such a conflict. Stores without versions always save.
+        `StoreUnavailableError` when the store fails."""
         if self.store is None:
             return True
+        document = self._document(memory)
         try:
             if not isinstance(self.store, VersionedStateStore):
-                await self.store.save(memory.name, self._document(memory))
-                return True
-            version = await self.store.save_if(memory.name, self._document(memory), memory.version)
-        except Exception:
-            logger.warning(
-                "thread %s: its state could not be stored", self.label(memory.name), exc_info=True
-            )
-            return True  # nothing to retry against: the store is failing
+                await self.store.save(memory.name, document)
+                version: int | None = memory.version
+            else:
+                version = await self.store.save_if(memory.name, document, memory.version)
+        except Exception as exc:
+            self._unavailable(memory, "storing its state", exc)
         if version is None:
             return False
         memory.version = version
         memory.pending.clear()
+        memory.clean = document if memory.unanswered is None else None
         return True
 
     async def save(self, memory: ThreadMemory, attempts: int = 8) -> None:
@@ -222,14 +347,19 @@ class Threads:
         changes (`ThreadMemory.apply`) are made again over it, so no recorded call is lost.
         """
         async with memory.lock:
-            for _ in range(attempts):
-                if await self.commit(memory):
-                    return
-                pending = list(memory.pending)
-                await self._load(memory)
-                for change in pending:
-                    change()
-                memory.pending = pending
+            try:
+                for _ in range(attempts):
+                    if await self.commit(memory):
+                        return
+                    pending = list(memory.pending)
+                    await self._load(memory)
+                    for change in pending:
+                        change()
+                    memory.pending = pending
+            except StoreUnavailableError:
+                # Kept here (answered calls are not lost): stored with the next save.
+                memory.stale = False
+                return
             logger.warning(
                 "thread %s: its state was not stored after %d conflicting saves",
                 self.label(memory.name),
@@ -238,13 +368,20 @@ class Threads:
 
     async def forget(self, name: str) -> None:
         """Forget thread `name`: memory, the pilot's state, views and archive, the stored
-        document, and the response ids that pointed at it (store failures raise)."""
+        document, its entry in its family's stored document, and the response ids that
+        pointed at it (store failures raise)."""
+        from cachepilot.proxy.families import forget_member  # families builds on this module
+
         async with self._lock:
-            self._threads.pop(name, None)
+            held = self._threads.pop(name, None)
             for key in [k for k, v in self._responses.items() if v == name]:
                 del self._responses[key]
         await self.pilot.aforget(name)
         if self.store is not None:
+            family = held.family if held is not None else None
+            family = family or family_of(await self.store.load(name))
+            if family is not None:
+                await forget_member(self.store, family, name)
             await self.store.delete(name)
 
     def remember_response(self, response_id: str, thread: str) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from cachepilot.breakpoints import plan_breakpoints
 from cachepilot.canonical import tool_name
+from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
 from cachepilot.pilot import CachePilot
 from cachepilot.proxy.config import ProxyConfig
@@ -74,6 +75,7 @@ class Prepared:
         added_marks: Anthropic breakpoints the proxy added (message indices, -1 the header).
         unmarked: the body without the proxy's own marks (None when it added none): sent
             instead when the upstream refuses the marks.
+        call: the preparation's token (`Threads.begin`): the answer clears it.
     """
 
     body: dict[str, Any]
@@ -87,6 +89,7 @@ class Prepared:
     recall: bool
     added_marks: list[int] = field(default_factory=list)
     unmarked: dict[str, Any] | None = None
+    call: str = ""
 
 
 class Pipeline:
@@ -164,7 +167,10 @@ class Pipeline:
         if extended is None or extended.sources[:count] != view.sources:
             # Appending changed how the client's own messages read (a request that ends
             # with an assistant turn): the exchange is written from neutral form.
-            logger.info("thread %s: recall exchange written from neutral form", prepared.thread)
+            logger.info(
+                "thread %s: recall exchange written from neutral form",
+                thread_label(prepared.thread),
+            )
             return self.write(prepared, memory, [*prepared.messages, *history])
         new = extended.messages[count:]
         more = replace(
@@ -225,7 +231,7 @@ class Pipeline:
             body = mark_breakpoints(body, written, [index], _control_for(index, controls))
         if cache_mark_count(body) > MAX_CACHE_MARKS:  # never send more than the API takes
             logger.warning("thread %s: cache marks over the limit; sending the client's only",
-                           prepared.thread)  # fmt: skip
+                           thread_label(prepared.thread))  # fmt: skip
             prepared.added_marks = []
             return unmarked
         prepared.unmarked = unmarked

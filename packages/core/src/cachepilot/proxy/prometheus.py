@@ -4,7 +4,8 @@ Counters follow the OpenMetrics naming rules (`_total` suffix, base units in the
 `_tokens`, `_usd`). Totals only by default; with per-thread detail on, each thread's counters
 carry a `thread` label that is a salted digest of its name (`Secret.label`), never the name,
 and at most `max_threads` threads are listed (the least recently active drop out; the totals
-keep counting them).
+keep counting them). The worker processes of one server add their counts up in a shared file
+(`cachepilot.proxy.shared_metrics`), so any worker's `/metrics` shows the totals of all.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from cachepilot.log_labels import thread_label
 from cachepilot.metrics import CallMetrics
+from cachepilot.proxy.shared_metrics import COLUMNS, SharedCounters
 
 __all__ = ["CONTENT_TYPE", "ProxyMetrics"]
 
@@ -43,6 +46,22 @@ class _Totals:
         self.input_cost_usd += call.input_cost_usd
         self.recalls += call.recalls
         self.epochs += call.epoch is not None
+
+    @classmethod
+    def of(cls, values: list[float]) -> _Totals:
+        """Totals from shared counters (in `COLUMNS` order)."""
+        out = cls()
+        for name, value in zip(COLUMNS, values, strict=True):
+            kind = type(getattr(out, name))
+            setattr(out, name, kind(value) if kind is float else round(value))
+        return out
+
+
+def _values(call: CallMetrics) -> list[float]:
+    """One call's counts in `COLUMNS` order."""
+    return [1, call.prompt_tokens, call.cached_tokens, call.cache_write_tokens,
+            call.output_tokens, call.cost_usd, call.input_cost_usd, call.recalls,
+            int(call.epoch is not None)]  # fmt: skip
 
 
 # (name, type, help, value of a _Totals)
@@ -83,19 +102,33 @@ class ProxyMetrics:
     Args:
         per_thread: keep per-thread counters for `/metrics` as well as the totals.
         max_threads: per-thread counters kept (least recently active dropped first).
+        shared: the counters the server's worker processes share (None: this process's).
     """
 
-    def __init__(self, *, per_thread: bool = False, max_threads: int = 4096) -> None:
+    def __init__(
+        self,
+        *,
+        per_thread: bool = False,
+        max_threads: int = 4096,
+        shared: SharedCounters | None = None,
+    ) -> None:
         if max_threads < 1:
             raise ValueError("max_threads must be >= 1")
         self.per_thread = per_thread
+        self.shared = shared
         self._max = max_threads
         self._totals = _Totals()
         self._threads: OrderedDict[str, _Totals] = OrderedDict()
         self._lock = threading.Lock()
+        self.label: Callable[[str], str] = thread_label
+        """The thread label kept in shared counters (the proxy sets its salted one)."""
 
     def record(self, call: CallMetrics) -> None:
         """Count one upstream call."""
+        if self.shared is not None:
+            tag = self.label(call.thread) if self.per_thread else None
+            self.shared.add(_values(call), tag)
+            return
         with self._lock:
             self._totals.add(call)
             if not self.per_thread:
@@ -111,12 +144,19 @@ class ProxyMetrics:
 
     def render(self, *, provider: str, label: Callable[[str], str], threads_in_memory: int) -> str:
         """The exposition text (ends with a newline)."""
-        with self._lock:
-            totals = _Totals(**{k: getattr(self._totals, k) for k in _Totals.__slots__})
-            threads = [
-                (label(name), _Totals(**{k: getattr(t, k) for k in _Totals.__slots__}))
-                for name, t in self._threads.items()
-            ]
+        if self.shared is not None:
+            self.shared.set_threads_in_memory(threads_in_memory)
+            values, rows = self.shared.totals(self._max)
+            totals = _Totals.of(values)
+            threads = [(tag, _Totals.of(v)) for tag, v in rows] if self.per_thread else []
+            threads_in_memory = self.shared.threads_in_memory()
+        else:
+            with self._lock:
+                totals = _Totals(**{k: getattr(self._totals, k) for k in _Totals.__slots__})
+                threads = [
+                    (label(name), _Totals(**{k: getattr(t, k) for k in _Totals.__slots__}))
+                    for name, t in self._threads.items()
+                ]
         base = f'provider="{_escape(provider)}"'
         lines: list[str] = []
         for name, kind, text, read in _FAMILIES:

@@ -4,6 +4,9 @@ A digest of an API key that anyone can recompute confirms a guessed key; a diges
 a secret the store keeps does not. The secret is a random 32-byte value kept in the state
 store under a reserved thread name (`SECRET_THREAD`), so every process on one store (replicas,
 workers, a restart) derives the same names; without a store it lives as long as the process.
+With a store, the secret is never made up by one process: while the store cannot be read or
+written, `load_secret` raises `SecretUnavailableError` (the proxy answers 503 and asks again on the
+next request), so no thread is ever stored under a second scope.
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ import secrets
 
 from cachepilot.state_store import RESERVED_PREFIX, StateStore, VersionedStateStore
 
-__all__ = ["RESERVED_PREFIX", "SECRET_THREAD", "Secret", "load_secret"]
+__all__ = ["RESERVED_PREFIX", "SECRET_THREAD", "Secret", "SecretUnavailableError", "load_secret"]
 
 logger = logging.getLogger(__name__)
 
 SECRET_THREAD = RESERVED_PREFIX + "secret"
+
+
+class SecretUnavailableError(RuntimeError):
+    """The state store could not give the proxy its secret (it is down or refused)."""
 
 
 class Secret:
@@ -71,8 +78,11 @@ async def load_secret(store: StateStore | None) -> Secret:
 
     On a versioned store the secret is created by compare-and-set, so processes starting on
     an empty store at once agree; on another store each reads the stored value back after
-    saving, so they agree unless their saves interleave their reads. A store that cannot be
-    read or written gives a process-local secret and a warning.
+    saving, so they agree unless their saves interleave their reads.
+
+    Raises:
+        SecretUnavailableError: the store could not be read or written, or holds a secret that
+            cannot be read (never replaced by one of this process's own).
     """
     if store is None:
         return Secret.generate()
@@ -90,10 +100,12 @@ async def load_secret(store: StateStore | None) -> Secret:
         saved = await store.load(SECRET_THREAD)
         if saved:
             return Secret.from_json(saved)
-    except Exception:
+    except Exception as exc:
         logger.warning(
-            "the proxy secret could not be read from or saved to the state store; using one "
-            "for this process only (thread names will differ from other processes')",
-            exc_info=True,
+            "the proxy secret could not be read from or saved to the state store (%s); "
+            "requests that need it are refused until the store answers",
+            type(exc).__name__,
         )
-    return Secret.generate()
+        logger.debug("the state store's error", exc_info=True)
+        raise SecretUnavailableError("the proxy's state store is unavailable") from exc
+    raise SecretUnavailableError("the state store did not keep the proxy's secret")
