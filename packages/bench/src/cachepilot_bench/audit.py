@@ -13,7 +13,8 @@ predicted when it acted.
 
 Cost of a run: per session, one replay of vanilla, one of cachepilot and one per audited
 action (at most `max_actions`, spread evenly over the session when it took more), each as
-long as a bench replay of one strategy.
+long as a bench replay of one strategy. When a session took more actions than that, every
+kind gets an equal share of the replays (so a rare kind is audited beside a frequent one).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ __all__ = [
     "audit_strategy",
     "fact_shape",
     "run_audit",
+    "sample_actions",
     "set_marginals",
 ]
 
@@ -185,14 +187,38 @@ def _input_cost(result: SessionResult) -> float:
     return sum(c.input_cost_usd for c in result.calls)
 
 
-def _chosen(actions: Sequence[TakenAction], limit: int) -> list[TakenAction]:
-    """At most `limit` actions, spread evenly over the session (first and last kept)."""
+def sample_actions(actions: Sequence[TakenAction], limit: int) -> list[TakenAction]:
+    """At most `limit` actions: every kind gets an equal share (a share a kind does not use
+    goes to the others), each kind's actions spread evenly over the session (its first and
+    last kept); in session order."""
     if len(actions) <= limit:
         return list(actions)
-    if limit == 1:
-        return [actions[0]]
-    step = (len(actions) - 1) / (limit - 1)
-    return [actions[round(i * step)] for i in range(limit)]
+    by_kind: dict[str, list[TakenAction]] = {}
+    for action in actions:
+        by_kind.setdefault(action.kind, []).append(action)
+    quota = dict.fromkeys(by_kind, 0)
+    left = limit
+    while left > 0:
+        open_kinds = [k for k in by_kind if quota[k] < len(by_kind[k])]
+        if not open_kinds:
+            break
+        for kind in open_kinds[:left]:
+            quota[kind] += 1
+            left -= 1
+    picked: list[TakenAction] = []
+    for kind, members in by_kind.items():
+        picked += _spread(members, quota[kind])
+    order = {id(a): i for i, a in enumerate(actions)}
+    return sorted(picked, key=lambda a: order[id(a)])
+
+
+def _spread(actions: Sequence[TakenAction], count: int) -> list[TakenAction]:
+    if count >= len(actions):
+        return list(actions)
+    if count <= 1:
+        return list(actions[:count])
+    step = (len(actions) - 1) / (count - 1)
+    return [actions[round(i * step)] for i in range(count)]
 
 
 def audit_session(
@@ -242,7 +268,7 @@ def audit_session(
     if actual.result.error:
         return out
     cost = _input_cost(actual.result)
-    for action in _chosen(actual.actions, max_actions):
+    for action in sample_actions(actual.actions, max_actions):
         veto = Veto(action.kind, action.call, action.keys)
         other = _replay(session, name, config, bench, shared, veto=veto)
         out.replays += 1

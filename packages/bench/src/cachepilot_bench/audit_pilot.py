@@ -108,7 +108,8 @@ class AuditPilot(CachePilot):
 
     def _maintain(self, *, thread: str, state: PilotState, **kwargs: Any) -> tuple[bool, Any]:
         epochs = len(state.plan.epochs)
-        decisions = len(state.decisions)
+        # The decision log is capped (old records drop off): compare the last record itself.
+        last = state.decisions[-1] if state.decisions else None
         self._pending = {}
         original = self.config
         off: dict[str, bool] = {}
@@ -125,7 +126,9 @@ class AuditPilot(CachePilot):
         finally:
             self.config = original
         if appended and len(state.plan.epochs) > epochs:
-            decision = state.decisions[-1] if len(state.decisions) > decisions else None
+            decision = (
+                state.decisions[-1] if state.decisions and state.decisions[-1] is not last else None
+            )
             self._record(state, state.plan.epochs[-1].reason, decision)
         return appended, rendered
 
