@@ -17,6 +17,7 @@ from cachepilot_bench.audit import (
     audit_session,
     audit_strategy,
     fact_shape,
+    sample_actions,
     set_marginals,
 )
 from cachepilot_bench.audit_pilot import TakenAction, Veto
@@ -190,3 +191,18 @@ def test_the_cli_rejects_bad_audit_options(
 def test_the_max_actions_option_needs_the_audit(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--audit-max-actions", "3"]) == 2
     assert "add --audit" in capsys.readouterr().err
+
+
+def test_a_capped_audit_gives_every_kind_its_share() -> None:
+    folds = [TakenAction(kind="fold", call=c, reason="cost-model-fold") for c in range(0, 40, 2)]
+    rare = [TakenAction(kind="task-fold", call=13, reason="finished-task-fold")]
+    stubs = [TakenAction(kind="stub", call=c, reason="cost-model") for c in (5, 21)]
+    actions = sorted([*folds, *rare, *stubs], key=lambda a: a.call)
+    picked = sample_actions(actions, 6)
+    kinds = [a.kind for a in picked]
+    assert kinds.count("task-fold") == 1 and kinds.count("stub") == 2 and kinds.count("fold") == 3
+    assert [a.call for a in picked] == sorted(a.call for a in picked)
+    # A kind's share is spread over the session: its first and last action are in.
+    assert {0, 38} <= {a.call for a in picked if a.kind == "fold"}
+    assert sample_actions(actions, 100) == actions
+    assert len(sample_actions(actions, 1)) == 1
