@@ -142,6 +142,9 @@ def test_the_report_totals_and_table(session: Session) -> None:
     doc = audit_doc([audit], CONFIG, strategy=EAGER, max_actions=4)
     kinds = doc["by_kind"]
     assert sum(k["actions"] for k in kinds.values()) == len(audit.actions)
+    assert sum(doc["actions_taken_by_kind"].values()) == audit.taken >= len(audit.actions)
+    for kind, totals in kinds.items():
+        assert doc["actions_taken_by_kind"][kind] >= totals["actions"]
     realized = sum(a.marginal_usd for a in audit.actions)
     assert sum(k["realized_usd"] for k in kinds.values()) == pytest.approx(realized, abs=1e-5)
     assert doc["per_source"]["synthetic"] == kinds

@@ -112,6 +112,8 @@ class SessionAudit:
     actions: list[AuditedAction] = field(default_factory=list)
     taken: int = 0
     """Actions the session took (more than `actions` holds when some were not audited)."""
+    taken_kinds: dict[str, int] = field(default_factory=dict)
+    """`taken` by kind."""
     replays: int = 0
     """Replays run for this session (vanilla, actual and counterfactuals)."""
 
@@ -265,6 +267,8 @@ def audit_session(
         taken=len(actual.actions),
         replays=2,
     )
+    for action in actual.actions:
+        out.taken_kinds[action.kind] = out.taken_kinds.get(action.kind, 0) + 1
     if actual.result.error:
         return out
     cost = _input_cost(actual.result)

@@ -61,6 +61,10 @@ def audit_doc(
     sources = sorted({s.source for s in audits})
     pops = sorted({(s.source, s.group) for s in audits})
     rows = group_rows(ours, base, groups)
+    taken: dict[str, int] = {}
+    for s in audits:
+        for kind, n in s.taken_kinds.items():
+            taken[kind] = taken.get(kind, 0) + n
     doc: dict[str, Any] = {
         "provider": config.provider,
         "mode": config.mode,
@@ -70,6 +74,7 @@ def audit_doc(
         "max_actions_per_session": max_actions,
         "actions_taken": sum(s.taken for s in audits),
         "actions_audited": len(actions),
+        "actions_taken_by_kind": {k: taken[k] for k in ACTION_KINDS if k in taken},
         "input_cost_usd": round(our_cost, 6),
         "vanilla_input_cost_usd": round(base_cost, 6),
         "cost_ratio": round(our_cost / base_cost, 4) if base_cost else 0.0,
@@ -147,6 +152,8 @@ def format_audit(doc: Mapping[str, Any]) -> str:
         f"{doc['sessions']} sessions · {doc['actions_audited']} of {doc['actions_taken']} "
         f"actions audited · {doc['replays']} replays"
         + (f" · {doc['wall_seconds']:.0f} s" if "wall_seconds" in doc else ""),
+        "actions taken: "
+        + (", ".join(f"{k} {n}" for k, n in doc["actions_taken_by_kind"].items()) or "none"),
         "predict: the cost model's net saving when it acted (forced actions excluded); "
         "realized: counterfactual replay without the action minus the actual replay "
         "(input cost; folds and refreshes: marginal); paid: actions with a positive realized "
