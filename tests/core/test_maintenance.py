@@ -423,3 +423,20 @@ def test_task_fold_cost_model_by_hand() -> None:
     # a tiny range does not pay for its summary
     tiny = task_fold_estimate([100, 300, 200], 1, 2, config=cfg, price=PRICE, expected_calls=50)
     assert not tiny.pays
+
+
+def test_a_finished_task_fold_pays_by_the_rule_of_cost_model_folds() -> None:
+    from cachepilot.maintenance import task_fold_estimate
+
+    sizes = [100, 2_500, 2_500, 200, 300]  # removes 4,500 tokens: below the least fold
+    cfg = MaintenanceConfig(fold_summary_tokens=500)
+    small = task_fold_estimate(sizes, 1, 3, config=cfg, price=PRICE, expected_calls=50)
+    # The saving would pay for the re-miss many times over, but a fold this small does not
+    # pay for the facts and the cache it costs: the audit found such folds losing money.
+    assert small.removed_tokens == 4_500
+    assert small.removed_tokens * small.rate.saving_per_token > (
+        small.remiss_tokens * small.rate.remiss_per_token
+    )
+    assert not small.pays
+    allowed = MaintenanceConfig(fold_summary_tokens=500, fold_min_tokens=4_000)
+    assert task_fold_estimate(sizes, 1, 3, config=allowed, price=PRICE, expected_calls=50).pays

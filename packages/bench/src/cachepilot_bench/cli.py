@@ -100,6 +100,24 @@ def register_bench(sub: Any) -> Handler:
         "missing from a view, with its cause (ingest, stub, evict, fold), as JSON lines in "
         "FILE, and the counts per source",
     )
+    bench.add_argument(
+        "--audit",
+        action="store_true",
+        help="audit cachepilot's maintenance actions instead of pricing strategies: for each "
+        "prune, eviction, argument reduction, fold and refresh, the saving the cost model "
+        "predicted against the saving realized over the rest of the session (a replay without "
+        "it), the later-used facts it removed, totals per source, kind and population, and "
+        "each population's visible fidelity with a bootstrap interval; both modes unless "
+        "--mode is given (--strategy: one cachepilot setting, default cachepilot)",
+    )
+    bench.add_argument(
+        "--audit-max-actions",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --audit: counterfactual replays per session at most (default: 24); the "
+        "audit costs (2 + actions) replays of each session",
+    )
     bench.add_argument("--workers", type=int, default=0, help="processes (default: all cores)")
     bench.add_argument("--encoding", default="o200k_base", help="tiktoken encoding")
     bench.add_argument("--limit", type=int, default=0, help="replay only the first N sessions")
@@ -174,6 +192,10 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise ValueError("--holdout runs the sweep in both modes: leave out --mode")
     if args.holdout and args.plot:
         raise ValueError("--plot draws one run: leave it out with --holdout")
+    if args.audit_max_actions is not None and not args.audit:
+        raise ValueError("--audit-max-actions bounds the audit: add --audit")
+    if args.audit:
+        return _cmd_audit(args, out, err)
     if args.losses:
         return _cmd_losses(args, out, err)
     modes = ["isolated", "continuous"] if args.holdout else [args.mode or "isolated"]
@@ -228,6 +250,7 @@ def _bench_run(
     the frontier; returns its JSON document (None: nothing to replay)."""
     from cachepilot_bench import ALL_STRATEGIES, run_bench
     from cachepilot_bench.console import ProgressReporter, write_bench_table
+    from cachepilot_bench.populations import per_group
     from cachepilot_bench.report import summarize
 
     config = _config(args, mode)
@@ -239,7 +262,7 @@ def _bench_run(
         base = args.strategies or ["vanilla", *PEER_STRATEGIES]
         grid = variants.sweep_names(variants.SWEEP_GRID)
         names = list(dict.fromkeys(["vanilla", *base, *grid]))
-    sessions, traces = _sessions(args, config, err)
+    sessions, traces, groups = _sessions(args, config, err)
     if not sessions:
         return None
     started = time.monotonic()
@@ -247,6 +270,7 @@ def _bench_run(
         results = run_bench(sessions, names, config, progress=progress)
     wall = time.monotonic() - started
     doc = summarize(results, config, traces=traces, wall_seconds=wall)
+    doc["per_group"] = per_group(results, groups)
     write_bench_table(doc, out)
     if args.sweep:
         from cachepilot_bench.frontier import format_frontier
@@ -283,19 +307,24 @@ def _config(args: argparse.Namespace, mode: str) -> Any:
     )
 
 
-def _sessions(args: argparse.Namespace, config: Any, err: TextIO) -> tuple[list[Any], int]:
-    """The sessions of the run as its mode wants them, `--limit` applied (empty: told)."""
+def _sessions(
+    args: argparse.Namespace, config: Any, err: TextIO
+) -> tuple[list[Any], int, dict[str, str]]:
+    """The sessions of the run as its mode wants them, `--limit` applied (empty: told), and
+    each one's population (`populations.population`; a chain: its traces' majority)."""
     from cachepilot_bench import prepare_sessions
+    from cachepilot_bench.populations import chained_groups, population
 
     if args.limit < 0:
         raise ValueError("--limit must be >= 0 (0: every session)")
-    sessions, traces = _load_sessions(args.traces)
-    sessions = prepare_sessions(sessions, config)
+    loaded, traces = _load_sessions(args.traces)
+    members = {s.id: population(s) for s in loaded}
+    sessions = prepare_sessions(loaded, config)
     if args.limit:
         sessions = sessions[: args.limit]
     if not sessions:
         err.write("no sessions to replay (no trace found or every file was skipped)\n")
-    return sessions, traces
+    return sessions, traces, chained_groups(sessions, members)
 
 
 def _cmd_losses(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -308,7 +337,7 @@ def _cmd_losses(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if len(names) != 1:
         raise ValueError("--losses explains one setting: name at most one --strategy")
     config = _config(args, args.mode or "isolated")
-    sessions, _ = _sessions(args, config, err)
+    sessions, _, _ = _sessions(args, config, err)
     if not sessions:
         return 2
     with ProgressReporter(err, what=f"{len(sessions)} sessions") as progress:
@@ -317,6 +346,51 @@ def _cmd_losses(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         count = write_losses(losses, handle)
     out.write(format_losses(losses, needed, name=names[0]))
     out.write(f"wrote {count} losses to {args.losses}\n")
+    return 0
+
+
+def _cmd_audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from cachepilot_bench.audit import DEFAULT_MAX_ACTIONS, audit_strategy, run_audit
+    from cachepilot_bench.audit_report import audit_doc, format_audit
+    from cachepilot_bench.console import ProgressReporter
+
+    if args.sweep or args.holdout or args.losses or args.plot:
+        raise ValueError("--audit runs on its own: leave out --sweep, --holdout, --losses, --plot")
+    names = args.strategies or ["cachepilot"]
+    if len(names) != 1:
+        raise ValueError("--audit audits one setting: name at most one --strategy")
+    audit_strategy(names[0])
+    limit = DEFAULT_MAX_ACTIONS if args.audit_max_actions is None else args.audit_max_actions
+    if limit < 1:
+        raise ValueError("--audit-max-actions must be >= 1")
+    modes = [args.mode] if args.mode else ["isolated", "continuous"]
+    docs: dict[str, dict[str, Any]] = {}
+    for mode in modes:
+        config = _config(args, mode)
+        sessions, _, groups = _sessions(args, config, err)
+        if not sessions:
+            return 2
+        started = time.monotonic()
+        with ProgressReporter(err, what=f"audit {mode}: {len(sessions)} sessions") as progress:
+            audits = run_audit(
+                sessions,
+                config,
+                name=names[0],
+                max_actions=limit,
+                groups=groups,
+                progress=progress,
+            )
+        doc = audit_doc(
+            audits,
+            config,
+            strategy=names[0],
+            max_actions=limit,
+            wall_seconds=time.monotonic() - started,
+        )
+        out.write(format_audit(doc) + "\n")
+        docs[mode] = doc
+    if args.json_path:
+        _write_json(args.json_path, {"audit": docs}, out)
     return 0
 
 

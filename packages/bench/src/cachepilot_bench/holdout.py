@@ -28,6 +28,7 @@ __all__ = [
     "format_holdout",
     "holdout",
     "holdout_json",
+    "population_docs",
 ]
 
 DEFAULT_TARGET = 0.97
@@ -167,15 +168,21 @@ def holdout(docs: Mapping[str, Mapping[str, Any]], target: float = DEFAULT_TARGE
     return out
 
 
-def format_holdout(docs: Mapping[str, Mapping[str, Any]], target: float = DEFAULT_TARGET) -> str:
+def format_holdout(
+    docs: Mapping[str, Mapping[str, Any]], target: float = DEFAULT_TARGET, *, unit: str = "source"
+) -> str:
     """The held-out table (one row per source and mode), the frontier of each held-out
-    source, and the setting the rule picks on every source."""
+    source, and the setting the rule picks on every source; when every run has populations
+    (`per_group`), the same leaving one population out (`population_docs`).
+
+    `unit` names what is left out in the text (`source`, `population`)."""
     results = holdout(docs, target)
     modes = list(docs)
+    width = 20 if unit == "source" else 40
     lines = [
-        f"leave one source out: the cheapest setting with visible fidelity >= {target:.2f} on "
-        "every other source in every mode, measured on the source left out",
-        f"{'held out':<20} {'mode':<11} {'× van':>6} {'fid.vis':>7}  {'ok':<3} "
+        f"leave one {unit} out: the cheapest setting with visible fidelity >= {target:.2f} on "
+        f"every other {unit} in every mode, measured on the {unit} left out",
+        f"{'held out':<{width}} {'mode':<11} {'× van':>6} {'fid.vis':>7}  {'ok':<3} "
         f"{'best on it alone':>16}  setting (train cost, train min fid.)",
     ]
     for result in results:
@@ -187,30 +194,55 @@ def format_holdout(docs: Mapping[str, Mapping[str, Any]], target: float = DEFAUL
             pick = result.pick
             note = "" if pick.meets_target else ", target out of reach"
             lines.append(
-                f"{result.source[:20]:<20} {mode:<11} {point.cost_ratio:>6.3f} "
+                f"{result.source[:width]:<{width}} {mode:<11} {point.cost_ratio:>6.3f} "
                 f"{point.fidelity_visible:>7.3f}  {ok:<3} {alone:>16}  "
                 f"{pick.name} ({pick.cost_ratio:.3f}×, {pick.min_fidelity:.3f}{note})"
             )
     passed = sum(1 for r in results if r.passes)
-    lines.append(f"held-out sources at >= {target:.2f} in every mode: {passed}/{len(results)}")
-    lines.append("held-out frontier (input × vanilla, visible fidelity), per source and mode:")
+    lines.append(f"held-out {unit}s at >= {target:.2f} in every mode: {passed}/{len(results)}")
+    lines.append(f"held-out frontier (input × vanilla, visible fidelity), per {unit} and mode:")
     for result in results:
         for mode in modes:
             line = frontier(points(docs[mode], result.source))
             cells = "  ".join(f"{p.cost_ratio:.3f}@{p.fidelity_visible:.3f}" for p in line)
-            lines.append(f"  {result.source[:20]:<20} {mode:<11} {cells}")
+            lines.append(f"  {result.source[:width]:<{width}} {mode:<11} {cells}")
     chosen = choose(docs, _sources(docs), target)
     lines.append(
-        f"picked on every source: {chosen.name} ({chosen.cost_ratio:.3f}× vanilla, lowest "
+        f"picked on every {unit}: {chosen.name} ({chosen.cost_ratio:.3f}× vanilla, lowest "
         f"visible fidelity {chosen.min_fidelity:.3f})"
     )
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    groups = population_docs(docs) if unit == "source" else None
+    if groups is not None and len(_sources(groups)) >= 2:
+        text += "\n" + format_holdout(groups, target, unit="population")
+    return text
+
+
+def population_docs(
+    docs: Mapping[str, Mapping[str, Any]],
+) -> dict[str, dict[str, Any]] | None:
+    """The runs with their populations (`per_group`, "source/group" rows) as the units the
+    rule leaves out, so picking on populations is the same rule as on sources and the
+    setting it picks on all of them maximizes the worst population when none reaches the
+    target; None when a run has no `per_group`."""
+    if not docs or not all(isinstance(d.get("per_group"), Mapping) for d in docs.values()):
+        return None
+    return {mode: {**doc, "per_source": doc["per_group"]} for mode, doc in docs.items()}
 
 
 def holdout_json(
     docs: Mapping[str, Mapping[str, Any]], target: float = DEFAULT_TARGET
 ) -> dict[str, Any]:
-    """The held-out results as a JSON-ready dict."""
+    """The held-out results as a JSON-ready dict (with `populations`: the same leaving one
+    population out, when every run has them)."""
+    out = _holdout_json(docs, target)
+    groups = population_docs(docs)
+    if groups is not None and len(_sources(groups)) >= 2:
+        out["populations"] = _holdout_json(groups, target)
+    return out
+
+
+def _holdout_json(docs: Mapping[str, Mapping[str, Any]], target: float) -> dict[str, Any]:
     results = holdout(docs, target)
     chosen = choose(docs, _sources(docs), target)
 

@@ -113,7 +113,8 @@ class MaintenanceConfig(BaseModel):
     fold_by_cost: bool = True
     """Also fold below the trigger when the cost model says the fold pays for its re-miss."""
     fold_min_tokens: int = 6_000
-    """A cost-model fold must remove at least this many tokens."""
+    """A cost-model fold, and a fold of finished tasks on a warm cache, must remove at least
+    this many tokens."""
     fold_summary_tokens: int = 800
     """Least size of a fold summary (the cost model counts on its size)."""
     fold_summary_share: float = 0.4
@@ -130,9 +131,10 @@ class MaintenanceConfig(BaseModel):
     gets the rest (chosen leaving each trace source out, see docs/defaults.md)."""
     fold_finished_tasks: bool = True
     """Fold the tasks the lifecycle marks evictable (a later user turn started the next task
-    and none of their work is referenced any more) as soon as the cost model says it pays,
-    however small they are: the current task is the protected tail (on a cold cache whenever
-    the fold removes tokens: the rewrite is free then)."""
+    and none of their work is referenced any more) as soon as the cost model says it pays, by
+    the rule of cost-model folds (at least `fold_min_tokens` removed): the current task is
+    the protected tail (on a cold cache whenever the fold removes tokens: the rewrite is free
+    then)."""
     context_window: int | None = None
     """Usable input window in tokens; None takes the provider profile's."""
     horizon: float = 0.5
@@ -541,10 +543,17 @@ def task_fold_estimate(
 ) -> FoldEstimate:
     """The cost model on folding view messages `[start, cut)` (finished tasks) into one
     summary, over `expected_calls` remaining calls (`sizes`: tokens per view message).
-    Finished work is not in use: its summary keeps the least size, `fold_summary_tokens`."""
-    return _estimate(
+    Finished work is not in use: its summary keeps the least size, `fold_summary_tokens`.
+
+    It pays by the same rule as a cost-model fold: the saving exceeds the re-miss and the
+    fold removes at least `fold_min_tokens` (`cachepilot bench --audit` found smaller
+    finished-task folds costing more than they saved on held-out populations)."""
+    estimate = _estimate(
         sizes, start, cut, config, rates(config, price, 0, expected_calls), scaled=False
     )
+    if estimate.pays and estimate.removed_tokens < config.fold_min_tokens:
+        return FoldEstimate(False, estimate.removed_tokens, estimate.remiss_tokens, estimate.rate)
+    return estimate
 
 
 def decide(
