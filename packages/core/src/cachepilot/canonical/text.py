@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from cachepilot.canonical.config import CanonicalConfig, VolatileSpan
 from cachepilot.canonical.detect import _default_config, detect_volatile
+from cachepilot.canonical.notes import clock_suffix
 from cachepilot.canonical.volatility import LearnedSpan, find_learned
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "CanonicalText",
     "canonicalize_text",
     "render_block",
+    "render_note",
 ]
 
 
@@ -112,14 +114,29 @@ def canonicalize_text(text: str, config: CanonicalConfig | None = None) -> Canon
 def render_block(values: Iterable[tuple[str, str]], config: CanonicalConfig | None = None) -> str:
     """The dynamic-context block for ``(label, value)`` pairs ("" when there are none).
 
-    A value spanning lines or with outer blanks is written as a JSON string.
+    A value spanning lines or with outer blanks is written as a JSON string; a clock's value
+    says it is "as of" when it was written.
     """
     cfg = config or _default_config()
-    lines = [f"{cfg.placeholder(label)} = {_show(value)}" for label, value in values]
+    lines = [
+        f"{cfg.placeholder(label)} = {_show(value)}{clock_suffix(label)}" for label, value in values
+    ]
     if not lines:
         return ""
     header = [cfg.block_header] if cfg.block_header else []
     return "\n".join([f"<{cfg.block_tag}>", *header, *lines, f"</{cfg.block_tag}>"])
+
+
+def render_note(values: Iterable[tuple[str, str]], config: CanonicalConfig) -> str:
+    """An update note for ``(label, value)`` pairs whose value changed since the block (or an
+    earlier note) was written: the same lines as the block, in a ``<{block_tag}-update>``."""
+    lines = [
+        f"{config.placeholder(label)} = {_show(value)}{clock_suffix(label)}"
+        for label, value in values
+    ]
+    tag = f"{config.block_tag}-update"
+    header = [config.update_header] if config.update_header else []
+    return "\n".join([f"<{tag}>", *header, *lines, f"</{tag}>"])
 
 
 def _show(value: str) -> str:

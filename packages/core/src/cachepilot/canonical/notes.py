@@ -1,0 +1,159 @@
+"""Update notes: a frozen value's current text, given after the cached prefix.
+
+The dynamic-context block is frozen so the prefix stays byte-stable; when a value changes
+between maintenance points the model must still read the current one (DESIGN §2.7). The
+canonicalizer then attaches a short note to the newest message of the request where the
+change was first seen (a `ValueNote` in the thread's state): later requests re-render it
+byte-identically on that same message, so every request still starts with the previous one
+(§2.1). A maintenance point coalesces the notes into the block.
+
+A history mark (`HistoryMark`) records which messages the previous call had, so a request
+whose history does not continue the thread's (a new conversation under a reused thread id)
+is recognised: nothing is learned across it and the frozen values are refreshed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cachepilot.canonical.config import CanonicalConfig
+from cachepilot.identity_memo import IdentityMemo
+from cachepilot.messages import Message
+
+__all__ = [
+    "CLOCK_KINDS",
+    "MAX_NOTES",
+    "HistoryMark",
+    "ValueNote",
+    "history_chain",
+    "message_digest",
+    "note_due",
+    "clock_suffix",
+    "shown_values",
+]
+
+MAX_NOTES = 64
+"""Notes kept per thread between maintenance points; one more refreshes the block instead
+(one prefix break) so the state and the notes shown stay bounded."""
+CLOCK_KINDS = frozenset({"datetime", "time"})
+"""Placeholder kinds that are clocks: shown "as of" the request that wrote them, and noted
+only when they moved by at least `CanonicalConfig.clock_resolution_seconds`."""
+
+_CLOCK_SUFFIX = " (as of when this was written)"
+_DIGESTS: IdentityMemo[Message, str] = IdentityMemo(8192)
+
+
+class ValueNote(BaseModel):
+    """One update note: values that changed, attached to one message of the transcript."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", use_attribute_docstrings=True)
+
+    at: int
+    """Index of the message (in the request's messages) the note is attached to."""
+    digest: str
+    """`message_digest` of that message as the client sent it (the note is re-rendered only
+    while the history still holds it)."""
+    values: dict[str, str] = Field(default_factory=dict)
+    """Placeholder label → the value current when the note was written."""
+
+
+class HistoryMark(BaseModel):
+    """Which messages the previous call of a thread had (after its leading system messages)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", use_attribute_docstrings=True)
+
+    length: int
+    """How many messages."""
+    digest: str
+    """Chained digest of those messages (`history_chain`)."""
+
+
+def message_digest(message: Message) -> str:
+    """A digest of a message's role, text, tool calls and tool-call id (memoised by identity)."""
+    hit = _DIGESTS.get(message)
+    if hit is not None:
+        return hit
+    h = hashlib.sha256()
+    h.update(message.role.encode())
+    h.update(b"\x00" + (message.tool_call_id or "").encode("utf-8", "surrogatepass"))
+    for call in message.tool_calls:
+        h.update(b"\x01" + call.id.encode("utf-8", "surrogatepass"))
+        h.update(b"\x02" + call.name.encode("utf-8", "surrogatepass"))
+        h.update(b"\x03" + call.arguments.encode("utf-8", "surrogatepass"))
+    h.update(b"\x04" + message.text.encode("utf-8", "surrogatepass"))
+    return _DIGESTS.put(message, h.hexdigest()[:32])
+
+
+def history_chain(
+    messages: Sequence[Message], start: int, mark: HistoryMark | None
+) -> tuple[bool, HistoryMark]:
+    """Whether ``messages[start:]`` continues the history `mark` records, and its own mark.
+
+    Linear in the number of messages (each message's digest is memoised by identity).
+    """
+    chain = ""
+    continues = mark is None or mark.length == 0
+    body = messages[start:]
+    for index, message in enumerate(body):
+        chain = hashlib.sha256(f"{chain}:{message_digest(message)}".encode()).hexdigest()[:32]
+        if mark is not None and index + 1 == mark.length:
+            continues = chain == mark.digest
+    if mark is not None and mark.length > len(body):
+        continues = False
+    return continues, HistoryMark(length=len(body), digest=chain)
+
+
+def shown_values(values: Mapping[str, str], notes: Iterable[ValueNote]) -> dict[str, str]:
+    """What the model was last told each placeholder stands for: the block, then the notes."""
+    out = dict(values)
+    for note in notes:
+        out.update(note.values)
+    return out
+
+
+def _kind(label: str) -> str:
+    kind, _, n = label.rpartition("_")
+    return kind if kind and n.isdigit() else label
+
+
+_TIME = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+
+
+def _seconds(value: str) -> float | None:
+    """A clock reading in seconds (ISO datetimes, ``HH:MM[:SS]`` times), None when unknown."""
+    text = value.strip()
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        pass
+    m = _TIME.match(text)
+    if m is None:
+        return None
+    hours, minutes, seconds = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+    return float(hours * 3600 + minutes * 60 + seconds)
+
+
+def note_due(label: str, shown: str, current: str, config: CanonicalConfig) -> bool:
+    """Whether a changed value needs a note: always, except a clock that moved by less than
+    `CanonicalConfig.clock_resolution_seconds` (it is shown "as of" its reading)."""
+    if shown == current:
+        return False
+    if _kind(label) not in CLOCK_KINDS:
+        return True
+    a, b = _seconds(shown), _seconds(current)
+    if a is None or b is None:
+        return True
+    moved = abs(b - a)
+    if moved > 12 * 3600 and ":" in shown and "T" not in shown and " " not in shown.strip():
+        moved = 24 * 3600 - moved  # a bare time of day wrapped past midnight
+    return moved >= config.clock_resolution_seconds
+
+
+def clock_suffix(label: str) -> str:
+    """What follows a clock's value in a line (clocks are read "as of" when written)."""
+    return _CLOCK_SUFFIX if _kind(label) in CLOCK_KINDS else ""
