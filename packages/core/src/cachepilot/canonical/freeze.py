@@ -127,6 +127,16 @@ class Canonicalizer:
         self._tools_memo: tuple[tuple[str, ...], list[dict[str, Any]], str] | None = None
         self._described_memo: tuple[str, list[dict[str, Any]]] | None = None
         self._rewrites: IdentityMemo[Message, Message] = IdentityMemo(_CACHE_ENTRIES)
+        # Where built-in detectors are off (tool descriptions), ISO timestamps are still
+        # frozen: a clock in a description would otherwise change the tools on every call.
+        self._clocks = CanonicalConfig(
+            **{
+                **self.config.model_dump(),
+                "enabled_kinds": frozenset({"datetime"}),
+                "patterns": {},
+                "named_values": {},
+            }
+        )
 
     def apply(
         self,
@@ -322,7 +332,7 @@ class Canonicalizer:
         """The canonical tools, system and leading system messages (no block yet)."""
         cfg = self.config
         learned = state.learned if cfg.learn_volatile else ()
-        assigner = _Assigner(cfg, learned)
+        assigner = _Assigner(cfg, learned, self._clocks)
         tools_out, fingerprint = self._tools(tools)
         if cfg.canonicalize_tool_descriptions or cfg.learn_volatile:
             described = [

@@ -30,10 +30,10 @@ __all__ = [
     "MAX_NOTES",
     "HistoryMark",
     "ValueNote",
+    "clock_suffix",
     "history_chain",
     "message_digest",
     "note_due",
-    "clock_suffix",
     "shown_values",
 ]
 

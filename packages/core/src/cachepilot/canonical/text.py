@@ -38,8 +38,15 @@ class CanonicalText:
 class _Assigner:
     """Numbers placeholders across the texts of one request (kind + ordinal of first sight)."""
 
-    def __init__(self, config: CanonicalConfig, learned: Sequence[LearnedSpan] = ()) -> None:
+    def __init__(
+        self,
+        config: CanonicalConfig,
+        learned: Sequence[LearnedSpan] = (),
+        clocks: CanonicalConfig | None = None,
+    ) -> None:
         self.config = config
+        self._clocks = clocks
+        """Detectors run where built-ins are off (tool descriptions): ISO datetimes."""
         self.values: dict[str, str] = {}
         self._by_value: dict[str, str] = {}
         self._counts: dict[str, int] = {}
@@ -68,11 +75,15 @@ class _Assigner:
     ) -> tuple[str, list[VolatileSpan]]:
         """`text` with its volatile values replaced, and the spans replaced.
 
-        Built-in (and user) detectors run when `builtins`; then the spans learned in `group`
-        are replaced in the result (their positions are in that text), and the canonical text
-        is recorded under `group` for learning.
+        Built-in (and user) detectors run when `builtins` (else only the clock detectors the
+        assigner was given: an ISO timestamp is frozen wherever it is); then the spans learned
+        in `group` are replaced in the result (their positions are in that text), and the
+        canonical text is recorded under `group` for learning.
         """
-        spans = detect_volatile(text, self.config) if builtins else []
+        if builtins:
+            spans = detect_volatile(text, self.config)
+        else:
+            spans = detect_volatile(text, self._clocks) if self._clocks is not None else []
         if spans:
             text = self._replace(text, spans)
         if group is not None:
