@@ -265,7 +265,7 @@ class ProxyEngine:
             secret=await self.secret(),
             previous=self.threads.responses,
         )
-        memory = await self.threads.get(await self.families.resolve(thread))
+        memory = await self.threads.get(await self.families.resolve(thread, view.messages))
         async with memory.lock:
             try:
                 prepared = await self._prepare(view, memory)
