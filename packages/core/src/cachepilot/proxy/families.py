@@ -65,6 +65,7 @@ class _Mark:
     chain: str  # chained digest of the messages before the last
     role: str  # the last message's role
     last: str  # the head of the last message's text
+    reply: str | None = None  # `_signature` of the reply the client was given, when known
 
 
 @dataclass(slots=True)
@@ -72,6 +73,14 @@ class _Member:
     thread: str
     system: str  # the last system prompt in placeholder form
     mark: _Mark | None = None  # the last request's history (None: stored by an older version)
+
+
+def _signature(message: Message) -> str:
+    """What identifies a reply when the client sends it back: its role and tool-call ids, or
+    the head of its text (whitespace aside)."""
+    if message.tool_calls:
+        return f"{message.role}:calls:" + ",".join(c.id for c in message.tool_calls)
+    return f"{message.role}:text:" + " ".join(message.text.split())[:120]
 
 
 class _History:
@@ -94,17 +103,24 @@ class _History:
         n = len(self.messages)
         return _Mark(n, self.chains[n - 1], last.role, last.text[:_LAST_CHARS])
 
-    def continues(self, mark: _Mark | None) -> bool:
-        """Whether this history starts with the one `mark` records."""
-        if mark is None or mark.length > len(self.messages):
+    def continues(self, mark: _Mark | None, *, grows: bool = False) -> bool:
+        """Whether this history starts with the one `mark` records (and, when the reply the
+        client was given is known, goes on with it). `grows`: it must add messages (a
+        request as long as the mark is a retry, told apart from another conversation that
+        starts alike only by an equal system prompt)."""
+        if mark is None or mark.length > len(self.messages) - grows:
             return False
         if self.chains[mark.length - 1] != mark.chain:
             return False
         message = self.messages[mark.length - 1]
         text = message.text[:_LAST_CHARS]
-        return message.role == mark.role and (
+        if message.role != mark.role or not (
             text.startswith(mark.last) or mark.last.startswith(text)
-        )
+        ):
+            return False
+        if mark.reply is None or len(self.messages) == mark.length:
+            return True
+        return _signature(self.messages[mark.length]) == mark.reply
 
     def name(self, base: str) -> str:
         """A member name of its own for a new conversation under `base`."""
@@ -124,6 +140,7 @@ class Families:
         self.pilot = threads.pilot
         self.store = threads.store
         self._families: OrderedDict[str, list[_Member]] = OrderedDict()
+        self._of: OrderedDict[str, str] = OrderedDict()  # thread -> family, recent ones
         self._lock = asyncio.Lock()
 
     @property
@@ -161,9 +178,29 @@ class Families:
             chosen.system, chosen.mark = thread.system, mark
             if changed:
                 await self._save(thread.family, members)
+            self._of[chosen.thread] = thread.family
+            self._of.move_to_end(chosen.thread)
+            while len(self._of) > _MAX_FAMILIES:
+                self._of.popitem(last=False)
         if chosen.thread != thread.name:
             logger.debug("request continues thread %s", chosen.thread)
         return chosen.thread
+
+    async def replied(self, thread: str, reply: Message) -> None:
+        """Record the reply the client was given in `thread` (its next request resends it:
+        a request that goes on with another reply is another conversation)."""
+        family = self._of.get(thread)
+        if family is None:
+            return
+        async with self._lock:
+            members = await self._members(family)
+            member = next((m for m in members if m.thread == thread), None)
+            if member is None or member.mark is None:
+                return
+            signature = _signature(reply)
+            if member.mark.reply != signature:
+                member.mark = dataclasses.replace(member.mark, reply=signature)
+                await self._save(family, members)
 
     async def _match(
         self, members: list[_Member], thread: ThreadId, history: _History, *, explicit: bool
@@ -172,9 +209,10 @@ class Families:
         config = self.pilot.config.canonical
         placeholder = config.placeholder(LEARNED_KIND)
         for member in members:
-            if not explicit and not history.continues(member.mark):
+            exact = member.system == thread.system
+            if not explicit and not history.continues(member.mark, grows=not exact):
                 continue
-            if member.system == thread.system:
+            if exact:
                 return member
             if not self.enabled:
                 continue
