@@ -4,6 +4,7 @@ provider."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -213,7 +214,7 @@ def test_two_users_on_one_key_stay_two_conversations(cache_key: str | None) -> N
         assert "call_a0" not in text  # no pointer into alice's conversation
     # Each conversation's prefix only grows.
     for mine in (records[0::2], records[1::2]):
-        for before, after in zip(mine, mine[1:], strict=False):
+        for before, after in itertools.pairwise(mine):
             assert extends(before.body, after.body)
 
 
