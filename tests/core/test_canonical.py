@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import itertools
 import json
 import logging
 from typing import Any
@@ -418,7 +419,7 @@ def test_datetime_now_prompt_is_byte_stable_across_a_thread(refresh: str) -> Non
     assert state.calls == 30 and state.epoch == 0 and state.placement == "first_user"
     # Every request is a prefix-extension of the previous one: its messages start with the
     # previous request's, byte for byte.
-    for (_, before, _), (_, after, _) in zip(outputs, outputs[1:], strict=False):
+    for (_, before, _), (_, after, _) in itertools.pairwise(outputs):
         assert [m.to_dict() for m in after[: len(before)]] == [m.to_dict() for m in before]
     # ... and the model reads each call's current session id, in a note on that call's turn.
     for i, (_, out, _) in enumerate(outputs[1:], start=1):

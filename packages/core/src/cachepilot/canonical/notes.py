@@ -14,7 +14,9 @@ is recognised: nothing is learned across it and the frozen values are refreshed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -34,6 +36,8 @@ __all__ = [
     "history_chain",
     "message_digest",
     "note_due",
+    "read_placeholders",
+    "resolve_placeholders",
     "shown_values",
 ]
 
@@ -157,3 +161,37 @@ def note_due(label: str, shown: str, current: str, config: CanonicalConfig) -> b
 def clock_suffix(label: str) -> str:
     """What follows a clock's value in a line (clocks are read "as of" when written)."""
     return _CLOCK_SUFFIX if _kind(label) in CLOCK_KINDS else ""
+
+
+def read_placeholders(texts: Iterable[str], config: CanonicalConfig) -> dict[str, str]:
+    """What each placeholder stands for to a reader of `texts` (in the order read): the last
+    ``{{label}} = value`` line of a block or note wins (a clock's "as of" dropped)."""
+    line = re.compile(
+        "^" + re.escape(config.placeholder_open) + r"([A-Za-z][A-Za-z0-9_]*)"
+        + re.escape(config.placeholder_close) + r" = (.*)$",
+        re.MULTILINE,
+    )  # fmt: skip
+    out: dict[str, str] = {}
+    for text in texts:
+        for m in line.finditer(text):
+            value = m.group(2)
+            if value.endswith(_CLOCK_SUFFIX):
+                value = value[: -len(_CLOCK_SUFFIX)]
+            if value.startswith('"'):
+                with contextlib.suppress(ValueError):
+                    value = json.loads(value)
+            out[m.group(1)] = value
+    return out
+
+
+def resolve_placeholders(text: str, values: Mapping[str, str], config: CanonicalConfig) -> str:
+    """`text` with each placeholder of `values` replaced by its value (what the model reads)."""
+    if not values:
+        return text
+    pattern = re.compile(
+        "|".join(re.escape(config.placeholder(label)) for label in sorted(values, key=len)[::-1])
+    )
+    return pattern.sub(
+        lambda m: values[m.group(0)[len(config.placeholder_open) : -len(config.placeholder_close)]],
+        text,
+    )
