@@ -250,3 +250,66 @@ def test_a_recall_of_another_conversations_ref_is_not_found() -> None:
     for record in records[2:]:
         text = body_text(record.body)
         assert "IBAN" not in text and "syncing ledger" not in text and "alice-7731" not in text
+
+
+# --------------------------------------------------------------------------------------------
+# A value changing inside one conversation
+
+
+def test_a_budget_counting_down_reaches_the_upstream_current() -> None:
+    """The same conversation, its system prompt's budget counting down: one thread, the
+    system prompt byte-identical from the second call on, and each call's upstream request
+    says the current budget after the cached prefix."""
+    calls = [ToolCall(f"call_{i}", "bash", json.dumps({"command": f"step {i}"})) for i in range(5)]
+    script = ReplayScript(
+        [
+            *(ReplayTurn(Message("assistant", "Next step.", tool_calls=(c,))) for c in calls),
+            ReplayTurn(Message("assistant", "Done.")),
+        ]
+    )
+
+    def system(i: int) -> str:
+        return (
+            "You are the build agent.\n"
+            f"Remaining budget: {1200 - 50 * i} tokens\n"
+            "Stop when the budget is spent.\n"
+        )
+
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Build it."}]
+    with ReplayProvider(script) as upstream, running_proxy(upstream.base_url) as proxy:
+        api = client(proxy.base_url)
+        for i in range(6):
+            api.chat.completions.create(
+                model="m",
+                messages=[{"role": "system", "content": system(i)}, *history],  # type: ignore[list-item]
+                tools=[BASH],  # type: ignore[list-item]
+            )
+            if i < 5:
+                call = calls[i]
+                history += [
+                    {
+                        "role": "assistant",
+                        "content": "Next step.",
+                        "tool_calls": [
+                            {
+                                "id": call.id,
+                                "type": "function",
+                                "function": {"name": call.name, "arguments": call.arguments},
+                            }
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": call.id, "content": f"step {i} ok"},
+                ]
+        records = upstream.records
+        names = proxy.engine.threads.names()
+    assert len(names) == 1 and len(records) == 6
+    for i, record in enumerate(records):
+        messages = record.body["messages"]
+        texts = [m["content"] if isinstance(m["content"], str) else "" for m in messages]
+        lines = [ln for t in texts for ln in t.splitlines() if ln.startswith("{{learned_1}} = ")]
+        if i == 0:
+            assert f"Remaining budget: {1200} tokens" in texts[0]
+        else:
+            assert lines[-1] == f"{{{{learned_1}}}} = {1200 - 50 * i}"  # the current budget
+    for before, after in itertools.pairwise(records[1:]):
+        assert extends(before.body, after.body)
