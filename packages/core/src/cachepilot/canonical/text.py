@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +20,9 @@ __all__ = [
     "render_note",
 ]
 
+
+_CLOCK_HINT = re.compile(r"\d[T ]\d\d:\d\d")
+"""What an ISO datetime contains (texts without it skip the clock detector)."""
 
 LEARNED_KIND = "learned"
 """Placeholder kind of learned volatile spans (``{{learned_1}}``)."""
@@ -82,8 +86,10 @@ class _Assigner:
         """
         if builtins:
             spans = detect_volatile(text, self.config)
+        elif self._clocks is not None and _CLOCK_HINT.search(text):
+            spans = detect_volatile(text, self._clocks)
         else:
-            spans = detect_volatile(text, self._clocks) if self._clocks is not None else []
+            spans = []
         if spans:
             text = self._replace(text, spans)
         if group is not None:
