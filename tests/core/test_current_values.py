@@ -15,6 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -189,10 +190,20 @@ def test_a_clock_is_shown_as_of_its_reading() -> None:
     assert len(set(reads)) < len(reads)  # not re-sent on every call
 
 
-def test_another_conversation_under_one_thread_learns_nothing_and_reads_its_own() -> None:
-    canon, state = Canonicalizer(EXACT), CanonicalState()
-    alice = "You assist one user.\nUser: alice-7731\nProject: payments-v2\nBe brief.\n"
-    bob = "You assist one user.\nUser: bob-2209\nProject: search-v3\nBe brief.\n"
+@pytest.mark.parametrize("refresh", ["maintenance", "never"])
+def test_another_conversation_under_one_thread_learns_nothing_and_reads_its_own(
+    refresh: str,
+) -> None:
+    config = CanonicalConfig(clock_resolution_seconds=0, refresh=refresh)  # type: ignore[arg-type]
+    canon, state = Canonicalizer(config), CanonicalState()
+    alice = (
+        "You assist one user.\nUser: alice-7731\nWorkspace: /home/alice/payments-v2\n"
+        "Today is 2026-11-28.\nBe brief.\n"
+    )
+    bob = (
+        "You assist one user.\nUser: bob-2209\nWorkspace: /home/bob/search-v3\n"
+        "Today is 2026-11-29.\nBe brief.\n"
+    )
     first = canon.apply(alice, START, [], state)
     second = canon.apply(alice, grow(START, 1), [], state)
     assert extends(first, second)
@@ -200,8 +211,8 @@ def test_another_conversation_under_one_thread_learns_nothing_and_reads_its_own(
     system, messages, _ = canon.apply(bob, other, [], state)
     assert state.learned == []  # nothing learned across conversations
     text = json.dumps([system, dicts(messages)])
-    assert "alice" not in text and "payments-v2" not in text
-    assert model_reads(system, messages)[0] == bob
+    assert "alice" not in text and "payments-v2" not in text and "2026-11-28" not in text
+    assert model_reads(system, messages, config=config)[0] == bob
 
 
 def test_prepare_gives_the_current_values_through_the_pilot() -> None:

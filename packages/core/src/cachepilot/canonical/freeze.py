@@ -429,6 +429,7 @@ class Canonicalizer:
             )
         refresh = (
             first
+            or (diverged and not first)  # another conversation: never its predecessor's values
             or cfg.refresh == "always"
             or (cfg.refresh == "maintenance" and maintenance)
             or (changed and cfg.refresh != "never" and cfg.refresh_on_prefix_change)
