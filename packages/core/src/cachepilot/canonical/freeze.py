@@ -320,7 +320,7 @@ class Canonicalizer:
             return
         note = ValueNote(at=at, digest=message_digest(messages[at]), values=changed)
         state.notes = [*state.notes, note]
-        logger.info("%d frozen value(s) changed: noted after the cached prefix", len(changed))
+        logger.debug("%d frozen value(s) changed: noted after the cached prefix", len(changed))
 
     def _render(
         self,

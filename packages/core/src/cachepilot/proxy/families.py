@@ -160,6 +160,11 @@ class Families:
         async with self._lock:
             members = await self._members(thread.family)
             chosen = await self._match(members, thread, history, explicit=explicit)
+            if chosen is None and self.store is not None:
+                # Another process sharing the store may have served this conversation's
+                # last request: match again over the stored family before starting a thread.
+                members = self._families[thread.family] = await self._load(thread.family)
+                chosen = await self._match(members, thread, history, explicit=explicit)
             if chosen is None:
                 taken = {m.thread for m in members}
                 name = thread.name
@@ -188,7 +193,9 @@ class Families:
 
     async def replied(self, thread: str, reply: Message) -> None:
         """Record the reply the client was given in `thread` (its next request resends it:
-        a request that goes on with another reply is another conversation)."""
+        a request that goes on with another reply is another conversation). Kept in memory
+        only: a family read back from the store (a restart, another process) matches the
+        next request without it."""
         family = self._of.get(thread)
         if family is None:
             return
@@ -200,7 +207,6 @@ class Families:
             signature = _signature(reply)
             if member.mark.reply != signature:
                 member.mark = dataclasses.replace(member.mark, reply=signature)
-                await self._save(family, members)
 
     async def _match(
         self, members: list[_Member], thread: ThreadId, history: _History, *, explicit: bool
