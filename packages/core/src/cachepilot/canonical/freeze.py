@@ -15,6 +15,7 @@ from cachepilot.canonical.config import CanonicalConfig, Placement
 from cachepilot.canonical.detect import _CACHE_ENTRIES
 from cachepilot.canonical.notes import (
     MAX_NOTES,
+    ChainMemo,
     HistoryMark,
     ValueNote,
     history_chain,
@@ -127,6 +128,9 @@ class Canonicalizer:
         self._tools_memo: tuple[tuple[str, ...], list[dict[str, Any]], str] | None = None
         self._described_memo: tuple[str, list[dict[str, Any]]] | None = None
         self._rewrites: IdentityMemo[Message, Message] = IdentityMemo(_CACHE_ENTRIES)
+        # Per thread state, the previous call's messages and their chain (an unchanged head
+        # is not digested again; a restored state digests its history once).
+        self._chains: IdentityMemo[CanonicalState, ChainMemo] = IdentityMemo(1024)
         # Where built-in detectors are off (tool descriptions), ISO timestamps are still
         # frozen: a clock in a description would otherwise change the tools on every call.
         self._clocks = CanonicalConfig(
@@ -209,7 +213,10 @@ class Canonicalizer:
     ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
         cfg = self.config
         rendered = self._render(system, messages, tools, state)
-        continues, mark = history_chain(messages, rendered.leading, state.history)
+        continues, mark, chain = history_chain(
+            messages, rendered.leading, state.history, self._chains.get(state)
+        )
+        self._chains.put(state, chain)
         continues = continues and all(
             note.at < len(messages) and message_digest(messages[note.at]) == note.digest
             for note in state.notes

@@ -30,6 +30,7 @@ from cachepilot.messages import Message
 __all__ = [
     "CLOCK_KINDS",
     "MAX_NOTES",
+    "ChainMemo",
     "HistoryMark",
     "ValueNote",
     "clock_suffix",
@@ -50,6 +51,9 @@ only when they moved by at least `CanonicalConfig.clock_resolution_seconds`."""
 
 _CLOCK_SUFFIX = " (as of when this was written)"
 _DIGESTS: IdentityMemo[Message, str] = IdentityMemo(8192)
+ChainMemo = tuple[tuple[Message, ...], list[str]]
+"""The messages of a previous `history_chain` call and the chain through each of them (an
+unchanged head, the very same objects, is not digested again)."""
 
 
 class ValueNote(BaseModel):
@@ -94,22 +98,35 @@ def message_digest(message: Message) -> str:
 
 
 def history_chain(
-    messages: Sequence[Message], start: int, mark: HistoryMark | None
-) -> tuple[bool, HistoryMark]:
-    """Whether ``messages[start:]`` continues the history `mark` records, and its own mark.
+    messages: Sequence[Message],
+    start: int,
+    mark: HistoryMark | None,
+    memo: ChainMemo | None = None,
+) -> tuple[bool, HistoryMark, ChainMemo]:
+    """Whether ``messages[start:]`` continues the history `mark` records, its own mark, and
+    the memo for the next call.
 
-    Linear in the number of messages (each message's digest is memoised by identity).
+    Linear in the number of messages; only messages that are not the very objects of the
+    previous call (`memo`) are digested.
     """
-    chain = ""
-    continues = mark is None or mark.length == 0
-    body = messages[start:]
-    for index, message in enumerate(body):
-        chain = hashlib.sha256(f"{chain}:{message_digest(message)}".encode()).hexdigest()[:32]
-        if mark is not None and index + 1 == mark.length:
-            continues = chain == mark.digest
-    if mark is not None and mark.length > len(body):
-        continues = False
-    return continues, HistoryMark(length=len(body), digest=chain)
+    body = tuple(messages[start:])
+    chains = [""]
+    if memo is not None:
+        before, known = memo
+        same = 0
+        for a, b in zip(before, body, strict=False):
+            if a is not b:
+                break
+            same += 1
+        chains = known[: same + 1]
+    for message in body[len(chains) - 1 :]:
+        step = f"{chains[-1]}:{message_digest(message)}".encode()
+        chains.append(hashlib.sha256(step).hexdigest()[:32])
+    if mark is None or mark.length == 0:
+        continues = True
+    else:
+        continues = mark.length <= len(body) and chains[mark.length] == mark.digest
+    return continues, HistoryMark(length=len(body), digest=chains[-1]), (body, chains)
 
 
 def shown_values(values: Mapping[str, str], notes: Iterable[ValueNote]) -> dict[str, str]:
