@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import itertools
 import json
 import logging
 from typing import Any
@@ -401,7 +402,10 @@ def test_datetime_now_prompt_is_byte_stable_across_a_thread(refresh: str) -> Non
     prompts = thread_prompts(30, dt.datetime(2026, 3, 17, 23, 30), "/home/dev/inventory", 1)
     assert len(set(prompts)) == 30
     history = transcript()
-    outputs = [canon.apply(p, history, TOOLS, state) for p in prompts]
+    outputs = []
+    for i, prompt in enumerate(prompts):
+        history = [*history, Message("user", f"Step {i}.", id=f"step{i}")]
+        outputs.append(canon.apply(prompt, history, TOOLS, state))
     systems = {s for s, _, _ in outputs}
     first_users = {m[0].content for _, m, _ in outputs}
     assert len(systems) == 1 and len(first_users) == 1
@@ -413,9 +417,13 @@ def test_datetime_now_prompt_is_byte_stable_across_a_thread(refresh: str) -> Non
     block = str(first_users.pop())
     assert "/home/dev/inventory" in block and "s-1-0000" in block
     assert state.calls == 30 and state.epoch == 0 and state.placement == "first_user"
-    # Every request is a prefix-extension of the previous one (same history here).
-    rendered = [json.dumps([s, [m.to_dict() for m in ms], t]) for s, ms, t in outputs]
-    assert len(set(rendered)) == 1
+    # Every request is a prefix-extension of the previous one: its messages start with the
+    # previous request's, byte for byte.
+    for (_, before, _), (_, after, _) in itertools.pairwise(outputs):
+        assert [m.to_dict() for m in after[: len(before)]] == [m.to_dict() for m in before]
+    # ... and the model reads each call's current session id, in a note on that call's turn.
+    for i, (_, out, _) in enumerate(outputs[1:], start=1):
+        assert f"s-1-{i:04d}" in out[-1].text and "<context-update>" in out[-1].text
 
 
 def test_refresh_always_changes_the_block_but_not_the_system() -> None:
@@ -552,7 +560,8 @@ def test_no_user_message_goes_to_system_tail_and_stays_there_until_refresh() -> 
     assert state.placement == "system_tail"
     history = transcript()
     s2, out2, _ = canon.apply("Dir /home/dev/x at 2026-03-18.", history, [], state)
-    assert s2 == s1 and all(a is b for a, b in zip(out2, history, strict=True))
+    assert s2 == s1 and all(a is b for a, b in zip(out2[:-1], history[:-1], strict=True))
+    assert "{{date_1}} = 2026-03-18" in out2[-1].text  # the current date, after the prefix
     s3, out3, _ = canon.apply(
         "Dir /home/dev/x at 2026-03-18.", history, [], state, maintenance=True
     )

@@ -140,14 +140,18 @@ def test_the_canonicalizer_freezes_a_learned_span_from_the_second_call() -> None
     out = [call(canon, state, PROMPT.format(sid=s)) for s in sids]
     assert out[0][0] == PROMPT.format(sid=sids[0])  # the first call cannot know
     assert out[1][0] == out[2][0] == out[3][0] == PROMPT.format(sid="{{learned_1}}")
-    # The value reaches the model in the block, frozen like a built-in value.
-    assert out[1][1] == out[3][1]
+    # The value reaches the model in the block, frozen like a built-in value; each later
+    # value in a note after it (the same request again here: appended to its message).
     assert "{{learned_1}} = 9f1c2e41-77aa" in out[3][1][0].text
+    assert out[3][1][0].text.startswith(out[2][1][0].text)
+    assert out[2][1][0].text.startswith(out[1][1][0].text)
+    assert out[3][1][0].text.endswith("{{learned_1}} = 9f3c2e41-77ab\n</context-update>")
     assert len(state.learned) == 1
     # The state survives a restart (JSON round trip, a new canonicalizer).
     restored = CanonicalState.model_validate(json.loads(state.model_dump_json()))
     again = call(Canonicalizer(), restored, PROMPT.format(sid="0000aaaa-1111"))
-    assert again[0] == out[3][0] and again[1] == out[3][1]
+    assert again[0] == out[3][0] and again[1][0].text.startswith(out[3][1][0].text)
+    assert again[1][0].text.endswith("{{learned_1}} = 0000aaaa-1111\n</context-update>")
 
 
 def test_tool_description_jitter_is_frozen() -> None:

@@ -98,20 +98,24 @@ def engine(path: Path | None, upstream: Upstream, store: StateStore | None = Non
 HEADERS = {"x-cachepilot-thread": "team-session", "authorization": "Bearer sk-team"}
 
 
-async def send(target: ProxyEngine, body: dict[str, Any]) -> None:
+async def send(
+    target: ProxyEngine, body: dict[str, Any], headers: dict[str, str] = HEADERS
+) -> None:
     answer = await target.handle(
-        "POST", "/v1/chat/completions", "", HEADERS, json.dumps(body).encode()
+        "POST", "/v1/chat/completions", "", headers, json.dumps(body).encode()
     )
     assert answer.status == 200, answer.body
 
 
-def run_alternating(path: Path, processes: int, bodies: list[dict[str, Any]]) -> list[bytes]:
+def run_alternating(
+    path: Path, processes: int, bodies: list[dict[str, Any]], headers: dict[str, str] = HEADERS
+) -> list[bytes]:
     upstream = Upstream()
 
     async def go() -> None:
         engines = [engine(path, upstream) for _ in range(processes)]
         for n, body in enumerate(bodies):
-            await send(engines[n % processes], body)
+            await send(engines[n % processes], body, headers)
         for e in engines:
             await e.aclose()
 
@@ -128,6 +132,20 @@ def test_processes_on_one_store_send_what_one_sends(tmp_path: Path, processes: i
     assert many == one
     # The session was long enough for the pilot's plan to matter (folds or stubs).
     assert sum(map(len, one[-1:])) < len(json.dumps(bodies[-1]))
+
+
+def test_a_conversation_without_a_header_stays_one_thread_across_processes(
+    tmp_path: Path,
+) -> None:
+    """Found by its history alone (no header, no body key): a request that another process
+    served last still continues its thread."""
+    bodies = session(12)
+    bare = {"authorization": "Bearer sk-team"}
+    one = run_alternating(tmp_path / "one", 1, bodies, bare)
+    many = run_alternating(tmp_path / "many", 2, bodies, bare)
+    assert many == one
+    names = asyncio.run(_names(SQLiteStateStore(tmp_path / "many" / "proxy.sqlite")))
+    assert len([n for n in names if "/h-" in n]) == 1  # one thread (besides the family)
 
 
 def test_without_versions_processes_drift_apart(tmp_path: Path) -> None:

@@ -288,9 +288,9 @@ def _content_back(raw: object, original: Message, edited: Message) -> object:
     old = original.parts
     text_type = "output_text" if original.role == "assistant" else "input_text"
     out: list[Any] = []
-    # The canonicalizer prepends one block part or rewrites text parts in place: align the
-    # tails so every unchanged part keeps its original dict.
-    offset = len(new) - len(old)
+    # The canonicalizer prepends one block part, appends update-note parts, or rewrites text
+    # parts in place: align the original parts so every unchanged one keeps its dict.
+    offset = 1 if len(new) > len(old) and old and new[0] != old[0] else 0
     for index, part in enumerate(new):
         at = index - offset
         if 0 <= at < len(raw) and at < len(old):

@@ -26,7 +26,14 @@ rewrites one model request so its stable part (tools + system prompt) stays byte
   call would break the system prompt).
 
 Per-thread values live in `CanonicalState` and are *frozen* at the first call, so the block and
-with it the first user message stay byte-identical across calls. When they change:
+with it the first user message stay byte-identical across calls. The model still reads every
+value's current text: a value that changed since the block (or an earlier note) was written
+gets an update note at the end of the newest user or tool message of the request where the
+change was first seen (`cachepilot.canonical.notes`), re-rendered byte-identically in later
+requests; clocks are noted only when they moved by `clock_resolution_seconds` and read "as
+of" their reading. A request whose history does not continue the thread's (another
+conversation under the same thread id) refreshes the values and learns nothing across it.
+The block itself is rewritten (the notes coalesced into it):
 
 * ``refresh="maintenance"`` (default): when ``apply(..., maintenance=True)`` is called, i.e. at a
   scheduled maintenance point that rewrites history anyway;

@@ -162,6 +162,13 @@ class CanonicalConfig(BaseModel):
     """XML-ish tag wrapping the dynamic-context block."""
     block_header: str = "Placeholders in the system prompt stand for these values:"
     """First line inside the block (one line; empty: no header line)."""
+    update_header: str = "These placeholders now stand for new values (they replace earlier ones):"
+    """First line inside an update note (one line; empty: no header line). A note gives the
+    current value of a frozen placeholder after the cached prefix (`cachepilot.canonical.notes`)."""
+    clock_resolution_seconds: int = Field(default=300, ge=0, le=86_400)
+    """Least movement of a clock (``datetime``, ``time`` placeholders) that gets an update
+    note; a clock is shown "as of" when its line was written, so a reading at most this old
+    is not re-sent on every call. 0: every change is noted."""
 
     # The compiled detectors (`cachepilot.canonical.detect`), built on first use.
     _compiled: Any = PrivateAttr(default=None)
@@ -240,11 +247,11 @@ class CanonicalConfig(BaseModel):
             raise ValueError(f"block_tag {value!r} must be a tag name (letters, digits, _.-)")
         return value
 
-    @field_validator("block_header")
+    @field_validator("block_header", "update_header")
     @classmethod
     def _check_header(cls, value: str) -> str:
         if "\n" in value or "\r" in value:
-            raise ValueError("block_header must be a single line")
+            raise ValueError("block_header and update_header must be single lines")
         return value
 
     @model_validator(mode="after")

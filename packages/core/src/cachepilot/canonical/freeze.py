@@ -13,7 +13,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cachepilot.canonical.config import CanonicalConfig, Placement
 from cachepilot.canonical.detect import _CACHE_ENTRIES
-from cachepilot.canonical.text import LEARNED_KIND, _Assigner, render_block
+from cachepilot.canonical.notes import (
+    MAX_NOTES,
+    ChainMemo,
+    HistoryMark,
+    ValueNote,
+    history_chain,
+    message_digest,
+    note_due,
+    shown_values,
+)
+from cachepilot.canonical.text import LEARNED_KIND, _Assigner, render_block, render_note
 from cachepilot.canonical.tools import (
     canonical_json,
     canonicalize_tool,
@@ -63,6 +73,12 @@ class CanonicalState(BaseModel):
     baselines: dict[str, Baseline] = Field(default_factory=dict)
     """Per group of texts (``system``, ``tools``), the previous call's canonical text: what
     the next call is compared with to learn volatile spans."""
+    notes: list[ValueNote] = Field(default_factory=list)
+    """Update notes since the block was last written: the current value of a frozen
+    placeholder that changed, attached to the message where the change was first seen."""
+    history: HistoryMark | None = None
+    """The previous call's messages (after leading system messages): a request that does not
+    continue them is another conversation (nothing learned across it, values refreshed)."""
 
     @property
     def by_value(self) -> dict[str, str]:
@@ -71,6 +87,11 @@ class CanonicalState(BaseModel):
         for label, value in self.values.items():
             out.setdefault(value, label)
         return out
+
+    @property
+    def shown(self) -> dict[str, str]:
+        """What the model was last told each placeholder stands for (block, then notes)."""
+        return shown_values(self.values, self.notes)
 
     @property
     def ordinals(self) -> dict[str, int]:
@@ -107,6 +128,19 @@ class Canonicalizer:
         self._tools_memo: tuple[tuple[str, ...], list[dict[str, Any]], str] | None = None
         self._described_memo: tuple[str, list[dict[str, Any]]] | None = None
         self._rewrites: IdentityMemo[Message, Message] = IdentityMemo(_CACHE_ENTRIES)
+        # Per thread state, the previous call's messages and their chain (an unchanged head
+        # is not digested again; a restored state digests its history once).
+        self._chains: IdentityMemo[CanonicalState, ChainMemo] = IdentityMemo(1024)
+        # Where built-in detectors are off (tool descriptions), ISO timestamps are still
+        # frozen: a clock in a description would otherwise change the tools on every call.
+        self._clocks = CanonicalConfig(
+            **{
+                **self.config.model_dump(),
+                "enabled_kinds": frozenset({"datetime"}),
+                "patterns": {},
+                "named_values": {},
+            }
+        )
 
     def apply(
         self,
@@ -179,6 +213,19 @@ class Canonicalizer:
     ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
         cfg = self.config
         rendered = self._render(system, messages, tools, state)
+        continues, mark, chain = history_chain(
+            messages, rendered.leading, state.history, self._chains.get(state)
+        )
+        self._chains.put(state, chain)
+        continues = continues and all(
+            note.at < len(messages) and message_digest(messages[note.at]) == note.digest
+            for note in state.notes
+        )
+        if not continues:
+            # Another conversation under this thread: its texts are not the previous call's
+            # successor (nothing learned across it), and its messages hold no earlier note.
+            state.baselines = {}
+            state.notes = []
         if cfg.learn_volatile and self._learn(state, rendered.assigner):
             rendered = self._render(system, messages, tools, state)  # with the new spans
         if cfg.learn_volatile:
@@ -188,32 +235,99 @@ class Canonicalizer:
 
         digest = _digest(fingerprint, system_out, out[:n_leading])
         current = assigner.values
-        self._update_state(state, current, digest, fingerprint, maintenance=maintenance)
+        self._update_state(
+            state,
+            current,
+            digest,
+            fingerprint,
+            maintenance=maintenance,
+            diverged=not continues,
+        )
+        state.history = mark
+        self._note_changes(state, current, messages, n_leading)
 
+        first_user = next((i for i, m in enumerate(out) if m.role == "user"), None)
+        block = ""
         if current:
             block = render_block(((label, state.values[label]) for label in current), cfg)
-            first_user = next((i for i, m in enumerate(out) if m.role == "user"), None)
             if state.placement is None:
                 state.placement = cfg.placement if first_user is not None else "system_tail"
-            if state.placement == "first_user" and first_user is not None:
-                out[first_user] = self._stable(
-                    out[first_user], _prepend_block(out[first_user], block)
-                )
-            elif n_leading:
-                out[n_leading - 1] = self._stable(
-                    out[n_leading - 1], _append_block(out[n_leading - 1], block)
-                )
-            else:
-                system_out = _append_text(system_out, block)
+            if not (state.placement == "first_user" and first_user is not None):
+                if n_leading:
+                    out[n_leading - 1] = self._stable(
+                        out[n_leading - 1], _append_block(out[n_leading - 1], block)
+                    )
+                else:
+                    system_out = _append_text(system_out, block)
+                block = ""
+        noted: dict[int, list[str]] = {}
+        for note in state.notes:
+            noted.setdefault(note.at, []).append(render_note(note.values.items(), cfg))
+        targets = set(noted)
+        if block and first_user is not None:
+            targets.add(first_user)
+        for index in sorted(targets):
+            message = out[index]
+            if block and index == first_user:
+                message = _prepend_block(message, block)
+            for text in noted.get(index, ()):
+                message = _append_note(message, text)
+            out[index] = self._stable(messages[index], message)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
-                "canonicalized request: %d spans, %d placeholders, placement=%s, epoch=%d",
+                "canonicalized request: %d spans, %d placeholders, placement=%s, epoch=%d, "
+                "%d notes",
                 assigner.spans,
                 len(current),
                 state.placement,
                 state.epoch,
+                len(state.notes),
             )
         return system_out, out, tools_out
+
+    def _note_changes(
+        self,
+        state: CanonicalState,
+        current: Mapping[str, str],
+        messages: Sequence[Message],
+        n_leading: int,
+    ) -> None:
+        """Add a note for the values that changed since the model was last told them.
+
+        The note goes to the newest user or tool message (the request's new turn: after the
+        cached prefix). Without such a message, or past `MAX_NOTES`, the block is rewritten
+        instead (the values refreshed: one prefix break, the state stays bounded).
+        """
+        cfg = self.config
+        shown = state.shown
+        changed = {
+            label: value
+            for label, value in current.items()
+            if label in shown and note_due(label, shown[label], value, cfg)
+        }
+        if not changed:
+            return
+        at = next(
+            (
+                i
+                for i in range(len(messages) - 1, n_leading - 1, -1)
+                if messages[i].role in ("user", "tool")
+            ),
+            None,
+        )
+        if at is None or len(state.notes) >= MAX_NOTES:
+            logger.info(
+                "frozen values changed with %s: the block is rewritten",
+                "no message to note them on" if at is None else "too many notes",
+            )
+            state.values = {**state.shown, **current}
+            state.notes = []
+            state.placement = None
+            state.epoch += 1
+            return
+        note = ValueNote(at=at, digest=message_digest(messages[at]), values=changed)
+        state.notes = [*state.notes, note]
+        logger.debug("%d frozen value(s) changed: noted after the cached prefix", len(changed))
 
     def _render(
         self,
@@ -225,7 +339,7 @@ class Canonicalizer:
         """The canonical tools, system and leading system messages (no block yet)."""
         cfg = self.config
         learned = state.learned if cfg.learn_volatile else ()
-        assigner = _Assigner(cfg, learned)
+        assigner = _Assigner(cfg, learned, self._clocks)
         tools_out, fingerprint = self._tools(tools)
         if cfg.canonicalize_tool_descriptions or cfg.learn_volatile:
             described = [
@@ -308,10 +422,11 @@ class Canonicalizer:
         fingerprint: str,
         *,
         maintenance: bool,
+        diverged: bool = False,
     ) -> None:
         cfg = self.config
         first = state.prefix_digest is None
-        changed = not first and digest != state.prefix_digest
+        changed = not first and (digest != state.prefix_digest or diverged)
         if state.tool_fingerprint is not None and fingerprint != state.tool_fingerprint:
             state.tool_changes += 1
             logger.info(
@@ -321,16 +436,18 @@ class Canonicalizer:
             )
         refresh = (
             first
+            or (diverged and not first)  # another conversation: never its predecessor's values
             or cfg.refresh == "always"
             or (cfg.refresh == "maintenance" and maintenance)
             or (changed and cfg.refresh != "never" and cfg.refresh_on_prefix_change)
         )
         if refresh:
-            if not first and current and current != state.values:
+            if not first and current and (current != state.values or state.notes):
                 state.epoch += 1
             if current:
                 state.values = dict(current)
                 state.placement = None  # re-resolved below
+            state.notes = []  # coalesced into the block
         else:
             missing = {k: v for k, v in current.items() if k not in state.values}
             if missing:
@@ -437,6 +554,14 @@ def _append_block(message: Message, block: str) -> Message:
     if message.content and message.content[-1] == TextPart(block):
         return message
     return dataclasses.replace(message, content=(*message.content, TextPart(block)))
+
+
+def _append_note(message: Message, note: str) -> Message:
+    """`message` with an update note at its end (a text part of its own in a part list)."""
+    if isinstance(message.content, str):
+        text = message.content
+        return dataclasses.replace(message, content=f"{text}\n\n{note}" if text else note)
+    return dataclasses.replace(message, content=(*message.content, TextPart(note)))
 
 
 def _prepend_block(message: Message, block: str) -> Message:

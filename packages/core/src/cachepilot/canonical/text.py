@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from cachepilot.canonical.config import CanonicalConfig, VolatileSpan
 from cachepilot.canonical.detect import _default_config, detect_volatile
+from cachepilot.canonical.notes import clock_suffix
 from cachepilot.canonical.volatility import LearnedSpan, find_learned
 
 __all__ = [
@@ -15,8 +17,12 @@ __all__ = [
     "CanonicalText",
     "canonicalize_text",
     "render_block",
+    "render_note",
 ]
 
+
+_CLOCK_HINT = re.compile(r"\d[T ]\d\d:\d\d")
+"""What an ISO datetime contains (texts without it skip the clock detector)."""
 
 LEARNED_KIND = "learned"
 """Placeholder kind of learned volatile spans (``{{learned_1}}``)."""
@@ -36,8 +42,15 @@ class CanonicalText:
 class _Assigner:
     """Numbers placeholders across the texts of one request (kind + ordinal of first sight)."""
 
-    def __init__(self, config: CanonicalConfig, learned: Sequence[LearnedSpan] = ()) -> None:
+    def __init__(
+        self,
+        config: CanonicalConfig,
+        learned: Sequence[LearnedSpan] = (),
+        clocks: CanonicalConfig | None = None,
+    ) -> None:
         self.config = config
+        self._clocks = clocks
+        """Detectors run where built-ins are off (tool descriptions): ISO datetimes."""
         self.values: dict[str, str] = {}
         self._by_value: dict[str, str] = {}
         self._counts: dict[str, int] = {}
@@ -66,11 +79,17 @@ class _Assigner:
     ) -> tuple[str, list[VolatileSpan]]:
         """`text` with its volatile values replaced, and the spans replaced.
 
-        Built-in (and user) detectors run when `builtins`; then the spans learned in `group`
-        are replaced in the result (their positions are in that text), and the canonical text
-        is recorded under `group` for learning.
+        Built-in (and user) detectors run when `builtins` (else only the clock detectors the
+        assigner was given: an ISO timestamp is frozen wherever it is); then the spans learned
+        in `group` are replaced in the result (their positions are in that text), and the
+        canonical text is recorded under `group` for learning.
         """
-        spans = detect_volatile(text, self.config) if builtins else []
+        if builtins:
+            spans = detect_volatile(text, self.config)
+        elif self._clocks is not None and _CLOCK_HINT.search(text):
+            spans = detect_volatile(text, self._clocks)
+        else:
+            spans = []
         if spans:
             text = self._replace(text, spans)
         if group is not None:
@@ -112,14 +131,29 @@ def canonicalize_text(text: str, config: CanonicalConfig | None = None) -> Canon
 def render_block(values: Iterable[tuple[str, str]], config: CanonicalConfig | None = None) -> str:
     """The dynamic-context block for ``(label, value)`` pairs ("" when there are none).
 
-    A value spanning lines or with outer blanks is written as a JSON string.
+    A value spanning lines or with outer blanks is written as a JSON string; a clock's value
+    says it is "as of" when it was written.
     """
     cfg = config or _default_config()
-    lines = [f"{cfg.placeholder(label)} = {_show(value)}" for label, value in values]
+    lines = [
+        f"{cfg.placeholder(label)} = {_show(value)}{clock_suffix(label)}" for label, value in values
+    ]
     if not lines:
         return ""
     header = [cfg.block_header] if cfg.block_header else []
     return "\n".join([f"<{cfg.block_tag}>", *header, *lines, f"</{cfg.block_tag}>"])
+
+
+def render_note(values: Iterable[tuple[str, str]], config: CanonicalConfig) -> str:
+    """An update note for ``(label, value)`` pairs whose value changed since the block (or an
+    earlier note) was written: the same lines as the block, in a ``<{block_tag}-update>``."""
+    lines = [
+        f"{config.placeholder(label)} = {_show(value)}{clock_suffix(label)}"
+        for label, value in values
+    ]
+    tag = f"{config.block_tag}-update"
+    header = [config.update_header] if config.update_header else []
+    return "\n".join([f"<{tag}>", *header, *lines, f"</{tag}>"])
 
 
 def _show(value: str) -> str:

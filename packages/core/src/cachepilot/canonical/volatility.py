@@ -24,6 +24,15 @@ The rule (`learn`), on the two canonical texts ``old`` and ``new``:
    line break when the line alone gives `MIN_CONTEXT_CHARS`, at a placeholder, at the
    neighbouring span and at the edge of its text), `MIN_CONTEXT_CHARS` in all (an edge of the
    text counts half), and a non-empty left side unless it starts its text.
+5. A bare number (digits, with ``.``/``,``/``_`` between them: ``1000``, ``3.10``) is a value
+   only where a label introduces it: its left context ends in ``:``, ``=`` or ``#`` (spaces
+   and quotes after it allowed), as in ``Remaining budget: 1200 tokens``, or in a word that
+   names a counter or an id (`ID_NOUNS`: ``Build 4711``, ``Session 00001``, ``request id
+   42``). Anywhere else in a sentence (``Never run more than 1000 commands``, ``Target
+   Python 3.10``, ``older than 1000 days``) it is part of an instruction: a change of it is
+   an instruction change, sent as it is.
+6. Each span's context occurs once in the new text: a context repeated (the rows of a table,
+   ``| job-1005 | queued |``) does not name one value, and nothing is learned.
 
 Anything else (a new paragraph, a reworded instruction, a different task) is a genuine
 change: nothing is learned and the text is sent as it is. Every step is linear in the texts
@@ -45,6 +54,7 @@ from pydantic import BaseModel, ConfigDict
 
 __all__ = [
     "CONTEXT_CHARS",
+    "ID_NOUNS",
     "LONG_TOKEN_CHARS",
     "MAX_CHANGES",
     "MAX_LEARNED",
@@ -78,6 +88,17 @@ SEPARATOR = "\x00"
 _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _TOKEN = re.compile(r"[A-Za-z0-9_.\-]+")
 _EDGE_PUNCT = "._-"
+_BARE_NUMBER = re.compile(r"[0-9]+(?:[.,_][0-9]+)*")
+_LABEL_ENDS = (":", "=", "#")
+_LAST_WORD = re.compile(r"([A-Za-z]+)[ \t]*\Z")
+ID_NOUNS = frozenset(
+    {
+        "attempt", "build", "call", "case", "commit", "id", "incident", "invoice", "issue",
+        "iteration", "job", "nr", "no", "number", "order", "pr", "release", "request", "rev",
+        "revision", "run", "session", "step", "task", "ticket", "trace", "turn", "worker",
+    }
+)  # fmt: skip
+"""Words after which a bare number is a counter or an id, not a quantity of an instruction."""
 _MAX_RUN = 2 * MAX_SPAN_CHARS
 
 
@@ -413,6 +434,8 @@ def learn(
             ltext, at_start = ltext[ltext.rindex("\n") :], False
         if not ltext and not at_start:
             return None
+        if _bare_number(change.old, change.new) and not _labelled(ltext):
+            return None  # a number inside an instruction (rule 5)
         weight = len(ltext) + len(rtext) + MIN_CONTEXT_CHARS // 2 * (at_start + at_end)
         if weight < MIN_CONTEXT_CHARS:
             return None
@@ -432,4 +455,31 @@ def learn(
                 digit=all(any(c.isdigit() for c in v) for v in values),
             )
         )
-    return merge_learned([], out)
+    learned = merge_learned([], out)
+    if any(_repeated(new, span) for span in learned):
+        return None  # rule 6
+    return learned
+
+
+def _bare_number(*values: str) -> bool:
+    return all(_BARE_NUMBER.fullmatch(v) for v in values)
+
+
+def _labelled(left: str) -> bool:
+    """Whether a left context ends in a label (``Budget: ``, ``build=``, ``#``, ``Build ``)."""
+    if left.rstrip(" \t'\"").endswith(_LABEL_ENDS):
+        return True
+    m = _LAST_WORD.search(left)
+    return m is not None and m.group(1).lower() in ID_NOUNS
+
+
+def _repeated(text: str, span: LearnedSpan) -> bool:
+    """Whether `span` is found more than once in `text` (stops at the second hit)."""
+    hits = 0
+    for m in _compiled(span).finditer(text):
+        if span.digit and not any(c.isdigit() for c in m.group(1)):
+            continue
+        hits += 1
+        if hits > 1:
+            return True
+    return False

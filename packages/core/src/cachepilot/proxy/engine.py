@@ -363,7 +363,7 @@ class ProxyEngine:
             previous=self.threads.responses,
         )
         try:
-            memory = await self.threads.get(await self.families.resolve(thread))
+            memory = await self.threads.get(await self.families.resolve(thread, view.messages))
         except StoreUnavailableError:
             return _error(api, 503, STORE_UNAVAILABLE, "store_unavailable")
         if thread.family is not None and self.families.enabled:
@@ -553,10 +553,11 @@ class ProxyEngine:
             payload = strip_recall(api, payload)
         elif history:
             sent.extend(reply_elements(api, payload))
+        # The client resends what it was shown: this very body's reply.
+        shown = _one(parse_response(payload, api).output)
         if calls or history:
-            # The client resends what it was shown: this very body's reply.
-            shown = _one(parse_response(payload, api).output)
             self._splice(prepared, memory, shown, sent)
+        await self.families.replied(prepared.thread, shown)
         if len(usages) > 1:
             total: dict[str, Any] = {}
             for block in usages:
@@ -743,6 +744,7 @@ class ProxyEngine:
                         # The client resends the message its whole stream added up to.
                         sent.extend(reply_elements(api, relay.reply.payload()))
                         self._splice(prepared, memory, relay.client.message(), sent)
+                    await self.families.replied(prepared.thread, relay.client.message())
                     break
                 calls = recall_calls(reply)
                 answers = await self._answer(prepared.thread, calls)
@@ -753,6 +755,7 @@ class ProxyEngine:
                     for out in relay.flush_without_recall():
                         yield out
                     self._splice(prepared, memory, relay.client.message(), sent)
+                    await self.families.replied(prepared.thread, relay.client.message())
                     break
                 history.extend([reply, *answers])
                 body = self._follow_up(

@@ -1,38 +1,52 @@
-"""Threads whose system prompt carries a per-call value: one thread, not one per call.
+"""Which earlier conversation a request continues: conversations never merge.
 
-`identify` names a thread found by key (or by hash) after its system prompt in placeholder
-form, so a system prompt carrying a value no built-in pattern knows (``Session 9f0c2e41-77aa``,
-then ``9f1c…``) would start a new thread on every call. The threads of one key (or of one
-first user message) form a family; `Families.resolve` maps a request to the member whose
-system prompt it continues:
+`identify` names a thread after the request's key (or first user message) and its system
+prompt, but a name alone cannot tell two conversations apart: two users of one API key send
+the same `prompt_cache_key` or the same first message, and a system prompt carrying a value
+no built-in pattern knows (``Session 9f0c2e41-77aa``, then ``9f1c…``) would start a new
+thread on every call. The threads of one key (or of one first user message) form a family;
+`Families.resolve` maps a request to the member it continues:
 
-* equal after the member's learned spans are taken out (the thread key computed without
-  them: ``cachepilot.canonical.volatility.replace_learned``), or
-* differing from the member's last system prompt only in volatile spans, by the same rule the
-  canonicalizer learns by (`cachepilot.canonical.volatility.learn`); that request's
-  preparation then learns the spans in the thread's state.
+* **its history continues the member's**: the member's last request's messages (trailing
+  system messages aside) are the first messages of this one, the last of them allowed to
+  have gained or lost a suffix (a reminder a client appends only to what it sends). A
+  request that starts another history (another user, another session of the same tool a
+  day later) is another conversation, whatever its key, header-less name or first message;
+  only an explicit conversation key (`x-cachepilot-thread`, `metadata.session_id` and the
+  other conversation keys, `conversation`, `previous_response_id`) joins requests without
+  it; and
+* **its system prompt is the member's**, equal after the member's learned spans are taken
+  out, or differing from the member's last system prompt only in volatile spans, by the
+  same rule the canonicalizer learns by (`cachepilot.canonical.volatility.learn`); that
+  request's preparation then learns the spans in the thread's state.
 
-A system prompt that differs otherwise (a side request with its own prompt, a genuine
-instruction change) starts a member of its own, as before. The learned spans live in each
-thread's pilot state; the family (its members and their last system prompts) is kept in the
-state store next to the threads, so a restarted proxy maps the next call to the same thread.
+Anything else starts a member of its own (its name made unique by the digest of its
+history). The learned spans live in each thread's pilot state; the family (its members,
+their last system prompts and history marks) is kept in the state store next to the
+threads, so a restarted proxy maps the next call to the same thread.
 Forgetting a thread (`forget_member`) removes it, and its system prompt, from its family.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cachepilot.canonical.notes import message_digest
 from cachepilot.canonical.text import LEARNED_KIND
 from cachepilot.canonical.volatility import Baseline, learn, replace_learned, text_digest
 from cachepilot.log_labels import thread_label
+from cachepilot.messages import Message
 from cachepilot.proxy.memory import StoreUnavailableError, Threads
 from cachepilot.proxy.threads import ThreadId
 from cachepilot.state_store import StateStore
+from cachepilot.wire.body import STRONG_KEYS
 
 __all__ = ["FAMILY_DOC_KEY", "Families", "forget_member"]
 
@@ -40,14 +54,80 @@ logger = logging.getLogger(__name__)
 
 FAMILY_DOC_KEY = "cachepilot_family"
 """Marks a family document in the state store (it is not a thread's state)."""
-_MAX_MEMBERS = 16
+_MAX_MEMBERS = 64
 _MAX_FAMILIES = 4096
+_LAST_CHARS = 4096
+"""Characters of a history's last message kept to recognise it with a suffix added or cut."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    """A request's history: its messages up to the last non-system one."""
+
+    length: int
+    chain: str  # chained digest of the messages before the last
+    role: str  # the last message's role
+    last: str  # the head of the last message's text
+    reply: str | None = None  # `_signature` of the reply the client was given, when known
 
 
 @dataclass(slots=True)
 class _Member:
     thread: str
     system: str  # the last system prompt in placeholder form
+    mark: _Mark | None = None  # the last request's history (None: stored by an older version)
+
+
+def _signature(message: Message) -> str:
+    """What identifies a reply when the client sends it back: its role and tool-call ids, or
+    the head of its text (whitespace aside)."""
+    if message.tool_calls:
+        return f"{message.role}:calls:" + ",".join(c.id for c in message.tool_calls)
+    return f"{message.role}:text:" + " ".join(message.text.split())[:120]
+
+
+class _History:
+    """A request's messages as chained digests (computed once, linear in the messages)."""
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        end = len(messages)
+        while end and messages[end - 1].role == "system":
+            end -= 1  # a trailing reminder is not history
+        self.messages = messages[:end]
+        self.chains = [""]
+        for message in self.messages:
+            step = f"{self.chains[-1]}:{message_digest(message)}".encode()
+            self.chains.append(hashlib.sha256(step).hexdigest()[:32])
+
+    def mark(self) -> _Mark | None:
+        if not self.messages:
+            return None
+        last = self.messages[-1]
+        n = len(self.messages)
+        return _Mark(n, self.chains[n - 1], last.role, last.text[:_LAST_CHARS])
+
+    def continues(self, mark: _Mark | None, *, grows: bool = False) -> bool:
+        """Whether this history starts with the one `mark` records (and, when the reply the
+        client was given is known, goes on with it). `grows`: it must add messages (a
+        request as long as the mark is a retry, told apart from another conversation that
+        starts alike only by an equal system prompt)."""
+        if mark is None or mark.length > len(self.messages) - grows:
+            return False
+        if self.chains[mark.length - 1] != mark.chain:
+            return False
+        message = self.messages[mark.length - 1]
+        text = message.text[:_LAST_CHARS]
+        if message.role != mark.role or not (
+            text.startswith(mark.last) or mark.last.startswith(text)
+        ):
+            return False
+        if mark.reply is None or len(self.messages) == mark.length:
+            return True
+        return _signature(self.messages[mark.length]) == mark.reply
+
+    def name(self, base: str) -> str:
+        """A member name of its own for a new conversation under `base`."""
+        return f"{base}~{self.chains[-1][:16]}"
 
 
 class Families:
@@ -63,6 +143,7 @@ class Families:
         self.pilot = threads.pilot
         self.store = threads.store
         self._families: OrderedDict[str, list[_Member]] = OrderedDict()
+        self._of: OrderedDict[str, str] = OrderedDict()  # thread -> family, recent ones
         self._lock = asyncio.Lock()
 
     @property
@@ -71,38 +152,80 @@ class Families:
         config = self.pilot.config
         return config.canonicalize and config.canonical.learn_volatile
 
-    async def resolve(self, thread: ThreadId) -> str:
-        """The thread a request continues: a member of its family, or `thread` itself."""
-        if thread.family is None or not self.enabled:
+    async def resolve(self, thread: ThreadId, messages: Sequence[Message] = ()) -> str:
+        """The thread a request continues: a member of its family, or a new member."""
+        if thread.family is None:
             return thread.name
+        explicit = thread.source.startswith("key:") and thread.source[4:] in STRONG_KEYS
+        if explicit and not self.enabled:
+            return thread.name
+        history = _History(messages)
         async with self._lock:
             members = await self._members(thread.family)
-            for member in members:  # their states (learned spans) loaded
-                await self.threads.get(member.thread)
-            chosen = self._match(members, thread)
+            chosen = await self._match(members, thread, history, explicit=explicit)
+            if chosen is None and self.store is not None:
+                # Another process sharing the store may have served this conversation's
+                # last request: match again over the stored family before starting a thread.
+                members = self._families[thread.family] = await self._load(thread.family)
+                chosen = await self._match(members, thread, history, explicit=explicit)
             if chosen is None:
-                chosen = _Member(thread.name, thread.system)
-                members.insert(0, chosen)
-                del members[_MAX_MEMBERS:]
-                changed = True
+                taken = {m.thread for m in members}
+                name = thread.name
+                if name in taken:  # another conversation holds the name: one of its own
+                    name = history.name(thread.name)
+                chosen = next((m for m in members if m.thread == name), None)
+                if chosen is None:
+                    chosen = _Member(name, thread.system)
+                    members.insert(0, chosen)
+                    del members[_MAX_MEMBERS:]
             else:
                 members.remove(chosen)
                 members.insert(0, chosen)
-                changed = chosen.system != thread.system
-                chosen.system = thread.system
+            mark = history.mark()
+            changed = chosen.system != thread.system or chosen.mark != mark
+            chosen.system, chosen.mark = thread.system, mark
             if changed:
                 await self._save(thread.family, members)
+            self._of[chosen.thread] = thread.family
+            self._of.move_to_end(chosen.thread)
+            while len(self._of) > _MAX_FAMILIES:
+                self._of.popitem(last=False)
         if chosen.thread != thread.name:
-            logger.debug("request continues thread %s (volatile system prompt)", chosen.thread)
+            logger.debug("request continues thread %s", chosen.thread)
         return chosen.thread
 
-    def _match(self, members: list[_Member], thread: ThreadId) -> _Member | None:
-        exact = next((m for m in members if m.thread == thread.name), None)
-        if exact is not None and exact.system == thread.system:
-            return exact
+    async def replied(self, thread: str, reply: Message) -> None:
+        """Record the reply the client was given in `thread` (its next request resends it:
+        a request that goes on with another reply is another conversation). Kept in memory
+        only: a family read back from the store (a restart, another process) matches the
+        next request without it."""
+        family = self._of.get(thread)
+        if family is None:
+            return
+        async with self._lock:
+            members = await self._members(family)
+            member = next((m for m in members if m.thread == thread), None)
+            if member is None or member.mark is None:
+                return
+            signature = _signature(reply)
+            if member.mark.reply != signature:
+                member.mark = dataclasses.replace(member.mark, reply=signature)
+
+    async def _match(
+        self, members: list[_Member], thread: ThreadId, history: _History, *, explicit: bool
+    ) -> _Member | None:
+        """The member this request continues (see the module docstring), None for none."""
         config = self.pilot.config.canonical
         placeholder = config.placeholder(LEARNED_KIND)
         for member in members:
+            exact = member.system == thread.system
+            if not explicit and not history.continues(member.mark, grows=not exact):
+                continue
+            if exact:
+                return member
+            if not self.enabled:
+                continue
+            await self.threads.get(member.thread)  # its state (learned spans) loaded
             spans = [s for s in self.pilot.state(member.thread).canonical.learned
                      if s.group == "system"]  # fmt: skip
             mine = replace_learned(member.system, spans, placeholder)
@@ -118,7 +241,7 @@ class Families:
             )
             if found is not None:
                 return member
-        return exact
+        return None
 
     async def _members(self, family: str) -> list[_Member]:
         members = self._families.get(family)
@@ -143,7 +266,11 @@ class Families:
         try:
             data = json.loads(saved) if saved else {}
             out = [
-                _Member(str(m["thread"]), Baseline.model_validate(m["system"]).text())
+                _Member(
+                    str(m["thread"]),
+                    Baseline.model_validate(m["system"]).text(),
+                    _Mark(**m["mark"]) if isinstance(m.get("mark"), dict) else None,
+                )
                 for m in data.get("members", ())
             ]
         except Exception:
@@ -157,7 +284,12 @@ class Families:
         doc = {
             FAMILY_DOC_KEY: 1,
             "members": [
-                {"thread": m.thread, "system": Baseline.of(m.system).model_dump()} for m in members
+                {
+                    "thread": m.thread,
+                    "system": Baseline.of(m.system).model_dump(),
+                    "mark": None if m.mark is None else dataclasses.asdict(m.mark),
+                }
+                for m in members
             ],
         }
         try:

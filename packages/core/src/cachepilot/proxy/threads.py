@@ -9,13 +9,15 @@ The rule, first match wins:
    system prompt (title generation, sub-agents) get threads of their own;
 3. a Responses request continuing a response this proxy served (`previous_response_id`):
    that response's thread;
-4. a digest of the exact system prompt and first user message. Two clients that send the
-   same system prompt and first message share that thread (its plan and archive): send the
-   header in multi-tenant deployments.
+4. a digest of the exact system prompt and first user message.
 
-In rules 2 and 4, a request whose system prompt differs from a thread of the same key (or
-first user message) only in volatile spans continues that thread (`cachepilot.proxy.families`:
-a per-call session id or build number does not start a new thread).
+A name from rule 2 or 4 is not yet a conversation (`cachepilot.proxy.families`): a request
+joins an earlier thread of the same key (or first user message) only when its history
+continues that thread's last request (an explicit conversation key, `metadata.session_id`,
+`conversation` and the like, joins without it) and its system prompt is that thread's, or
+differs from it only in volatile spans (a per-call session id or build number does not start
+a new thread). Two users of one key, or two sessions of one tool a day apart, are two
+threads, whatever key, first message or system prompt they share.
 
 With key scoping (the default) every thread name starts with a digest of the request's API
 key (`Authorization: Bearer <key>`, `x-api-key`, `api-key` or Gemini's `x-goog-api-key`: the
