@@ -9,12 +9,21 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cachepilot.fold import cut_before, emergency_fold, fold_start, plan_fold
+from cachepilot.fold import (
+    MIN_FOLD_MESSAGES,
+    cut_before,
+    emergency_fold,
+    fold_start,
+    plan_fold,
+    safe_cut,
+)
 from cachepilot.fold.facts_in_use import output_values
+from cachepilot.fold.keep import conversation_bound
 from cachepilot.lifecycle import LifecycleRegistry, SegmentState
 from cachepilot.maintenance import (
     Candidate,
     FoldEstimate,
+    MaintenanceConfig,
     argument_plan,
     build_edits,
     decide,
@@ -196,36 +205,57 @@ class Maintenance(PilotBase):
             remaining = context - (decision.removed_tokens if edits else 0)
             fold_reason = None
             keep_from: str | None = None
+            # What a fold keeps in view (DESIGN §2.7): the finished-task and cost-model folds
+            # end before the conversation, and without recall no fold takes any of it.
+            keeps = _FoldKeeps(rendered, sizes, cfg, recall=recall) if cfg.fold else None
             task_fold = (
-                self._finished_task_fold(state, rendered, counter, profile.price, sizes, cold=cold)
-                if cfg.fold and cfg.fold_finished_tasks
+                self._finished_task_fold(
+                    state, rendered, counter, profile.price, sizes, cold=cold, keeps=keeps
+                )
+                if keeps is not None and cfg.fold_finished_tasks
                 else None
             )
             cost_fold = (
-                fold_estimate(view, counter, cfg, profile.price, state.calls, sizes=sizes)
-                if cfg.fold and cfg.fold_by_cost and not edits and task_fold is None
+                fold_estimate(
+                    view,
+                    counter,
+                    cfg,
+                    profile.price,
+                    state.calls,
+                    sizes=sizes,
+                    end=keeps.conversation,
+                )
+                if keeps is not None and cfg.fold_by_cost and not edits and task_fold is None
                 else None
             )
-            if cfg.fold and remaining >= cfg.fold_trigger * window:
+            foldable = True
+            if keeps is not None and remaining >= cfg.fold_trigger * window:
                 fold_reason = "fold-trigger"
+                foldable, keep_from = keeps.end_key(keeps.strict, counter)
             elif task_fold is not None:
                 fold_reason = "finished-task-fold"
                 keep_from, estimate, span = task_fold
                 decision = estimate.decision(state.calls, fold_reason, context, span)
-            elif cost_fold is not None and cost_fold.pays:
+            elif keeps is not None and cost_fold is not None and cost_fold.pays:
                 fold_reason = "cost-model-fold"
                 decision = cost_fold.decision(state.calls, fold_reason, context, 0)
+                foldable, keep_from = keeps.end_key(keeps.conversation, counter)
             if fold_reason is not None:
-                folded = self._fold_edits(
-                    thread=thread,
-                    state=state,
-                    canon_messages=canon_messages,
-                    keys=keys,
-                    pending=edits,
-                    system=system,
-                    counter=counter,
-                    keep_from=keep_from,
-                    recall=recall,
+                folded = (
+                    self._fold_edits(
+                        thread=thread,
+                        state=state,
+                        canon_messages=canon_messages,
+                        keys=keys,
+                        pending=edits,
+                        system=system,
+                        counter=counter,
+                        keep_from=keep_from,
+                        finished=fold_reason == "finished-task-fold",
+                        recall=recall,
+                    )
+                    if foldable
+                    else []
                 )
                 edits += folded
                 if not folded and fold_reason != "fold-trigger":
@@ -273,10 +303,12 @@ class Maintenance(PilotBase):
         counter: TokenCounter,
         emergency: bool = False,
         keep_from: str | None = None,
+        finished: bool = False,
         recall: bool = True,
     ) -> list[Edit]:
         """A fold of everything before the protected tail (or before the message keyed
-        `keep_from`), as seen after `pending` edits."""
+        `keep_from`), as seen after `pending` edits; `finished`: the range is finished
+        tasks (their summary stays small)."""
         trial = state.plan.model_copy(deep=True)
         if pending:
             trial.epochs.append(
@@ -302,7 +334,7 @@ class Maintenance(PilotBase):
                 protect_tail_tokens=self.config.maintenance.fold_protect_tokens,
                 summary_tokens=self.config.maintenance.fold_summary_tokens,
                 # Finished tasks are not in use any more: their summary stays small.
-                summary_share=0.0 if keep_from else self.config.maintenance.fold_summary_share,
+                summary_share=0.0 if finished else self.config.maintenance.fold_summary_share,
                 summary_max_tokens=self.config.maintenance.fold_summary_max_tokens,
                 facts_share=self.config.maintenance.fold_facts_share,
                 keep_from=keep_from,
@@ -370,14 +402,16 @@ class Maintenance(PilotBase):
         sizes: Sequence[int],
         *,
         cold: bool = False,
+        keeps: _FoldKeeps | None = None,
     ) -> tuple[str, FoldEstimate, int] | None:
         """A fold of the leading finished tasks, when the cost model says it pays (or, on a
         cold cache, whenever it removes tokens: the rewrite is free then): (key of the first
         message kept, the estimate, messages folded), else None.
 
         The run of tasks from the first one that the lifecycle marks evictable is folded; the
-        first task not evictable (the current one at the latest) is kept whole. The current
-        task is expected to run as long as the finished ones did on average.
+        first task not evictable (the current one at the latest) is kept whole, and the fold
+        ends before the conversation `keeps` holds in view. The current task is expected to
+        run as long as the finished ones did on average.
         """
         registry = state.lifecycle
         tasks = registry.tasks()
@@ -391,6 +425,11 @@ class Maintenance(PilotBase):
         cut = cut_before(rendered, keep_from, start)
         if cut is None:
             return None
+        if keeps is not None and keeps.conversation < cut:
+            cut = keeps.conversation
+            if cut - start < MIN_FOLD_MESSAGES:
+                return None
+            keep_from = rendered.spans[cut][0]
         cfg = self.config.maintenance
         estimate = task_fold_estimate(
             sizes,
@@ -531,6 +570,69 @@ class Maintenance(PilotBase):
         return await asyncio.to_thread(
             self.maintain, system, messages, tools, thread, now=now, recall=recall
         )
+
+
+class _FoldKeeps:
+    """Where folds end to keep the conversation in view (see `cachepilot.fold.keep`).
+
+    Attributes:
+        start: where a fold range starts in the view.
+        strict: the first view index a fold must not pass in any case (without recall: the
+            first user message or reply after `start`; with recall: none).
+        conversation: the first one the finished-task and cost-model folds must not pass.
+    """
+
+    def __init__(
+        self, rendered: PlanView, sizes: Sequence[int], cfg: MaintenanceConfig, *, recall: bool
+    ) -> None:
+        self._rendered = rendered
+        view = rendered.messages
+        self.start = fold_start(view, rendered.folds)
+        end = len(view)
+        self.strict = end
+        if not recall:
+            self.strict = conversation_bound(
+                view,
+                self.start,
+                end,
+                sizes=sizes,
+                strict=True,
+                message_tokens=cfg.conversation_tokens,
+                folds=rendered.folds,
+            )
+        self.conversation = self.strict
+        if recall and not cfg.fold_conversation:
+            self.conversation = conversation_bound(
+                view,
+                self.start,
+                end,
+                sizes=sizes,
+                strict=False,
+                message_tokens=cfg.conversation_tokens,
+                folds=rendered.folds,
+            )
+        self._protect = cfg.fold_protect_tokens
+
+    def end_key(self, limit: int, counter: TokenCounter) -> tuple[bool, str | None]:
+        """(whether a fold bounded by `limit` can happen, the key it ends before: None for
+        the fold's own cut before the protected tail)."""
+        view = self._rendered
+        if limit >= len(view.messages):
+            return True, None
+        natural = safe_cut(
+            view.messages,
+            view.keys,
+            protect_tail_tokens=self._protect,
+            counter=counter,
+            start=self.start,
+        )
+        if natural is None:
+            return False, None
+        if natural <= limit:
+            return True, None
+        if limit - self.start < MIN_FOLD_MESSAGES:
+            return False, None
+        return True, view.spans[limit][0]
 
 
 def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:

@@ -1,0 +1,118 @@
+"""What a fold keeps in view: the conversation the model works with (DESIGN §2.7).
+
+A fold replaces one contiguous range, so keeping a message means ending the range before it.
+Two levels:
+
+- **strict** (the model cannot call `recall` in this request, e.g. a tool-less client through
+  the proxy): no user message and no reply without tool calls is folded; only tool exchanges
+  (the calls and their results) may be.
+- **conversation** (recall offered; the lifecycle's finished-task fold and the cost-model
+  fold): a tool-less exchange (a user turn whose answer holds no tool call: a plain chat turn,
+  a file, repo map or few-shot example sent as messages) is never folded as finished work, and
+  neither is a single user message or reply longer than a task statement (pasted content, a
+  plan the model wrote).
+
+The fold past the context trigger (it must shrink) and the emergency fold after a provider
+context-length error are not bounded here: they archive the range and name it to a model that
+can recall it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cachepilot.fold.cut import straddled
+from cachepilot.fold.request import is_fold_summary
+from cachepilot.messages import Message
+from cachepilot.plan import Edit
+
+__all__ = ["conversation_bound", "is_conversation"]
+
+
+def is_conversation(message: Message) -> bool:
+    """A user message or a reply without tool calls (not a fold summary)."""
+    if message.role == "user":
+        return not is_fold_summary(message)
+    return message.role == "assistant" and not message.tool_calls
+
+
+def _tool_less_turns(
+    messages: Sequence[Message], folds: Sequence[Edit | None] | None
+) -> list[bool]:
+    """Per message: it belongs to a user turn (a run of user messages up to the next one)
+    whose answer holds no tool call. Messages before the first user message, and summaries,
+    belong to no turn (False)."""
+    out = [False] * len(messages)
+    turn_start: int | None = None
+    has_tools = False
+    previous_user = False
+
+    def close(end: int) -> None:
+        if turn_start is not None and not has_tools:
+            for i in range(turn_start, end):
+                out[i] = True
+
+    for index, message in enumerate(messages):
+        summary = (folds is not None and folds[index] is not None) or is_fold_summary(message)
+        if message.role == "user" and not summary and not previous_user:
+            close(index)
+            turn_start, has_tools = index, False
+        elif message.role == "tool" or message.tool_calls:
+            has_tools = True
+        previous_user = message.role == "user" and not summary
+    close(len(messages))
+    return out
+
+
+def conversation_bound(
+    messages: Sequence[Message],
+    start: int,
+    end: int,
+    *,
+    sizes: Sequence[int],
+    strict: bool,
+    message_tokens: int,
+    folds: Sequence[Edit | None] | None = None,
+) -> int:
+    """Where a fold of `messages[start:end]` must end to keep the conversation in view.
+
+    Returns the largest cut `c <= end` such that `messages[start:c]` holds no message to keep
+    and cutting before `c` splits no tool exchange (`start` when no such cut leaves anything
+    to fold).
+
+    Args:
+        messages: the view.
+        start: where the fold range starts (`fold_start`).
+        end: where it would end (exclusive).
+        sizes: tokens of each view message.
+        strict: keep every user message and every reply without tool calls.
+        message_tokens: (not strict) a user message or reply longer than this is kept.
+        folds: per message, its fold edit (as in `PlanView.folds`): a summary is not kept.
+
+    Raises:
+        ValueError: on misaligned `sizes` or a range outside `messages`.
+    """
+    if len(sizes) != len(messages):
+        raise ValueError(f"sizes ({len(sizes)}) must align with messages ({len(messages)})")
+    if not 0 <= start <= end <= len(messages):
+        raise ValueError(f"bad range [{start}, {end}) of {len(messages)} messages")
+    tool_less = None if strict else _tool_less_turns(messages, folds)
+    bound = end
+    for index in range(start, end):
+        message = messages[index]
+        if folds is not None and folds[index] is not None:
+            continue
+        if not is_conversation(message):
+            continue
+        if strict or (tool_less is not None and tool_less[index]):
+            bound = index
+            break
+        if sizes[index] > message_tokens:
+            bound = index
+            break
+    if bound == end:
+        return end
+    bad = straddled(messages)
+    while bound > start and (bad[bound] or messages[bound].role == "tool"):
+        bound -= 1
+    return bound
