@@ -135,10 +135,11 @@ class MaintenanceConfig(BaseModel):
     the fold removes tokens: the rewrite is free then)."""
     fold_conversation: bool = False
     """Let the finished-task and cost-model folds fold conversation too: tool-less exchanges
-    (plain chat turns, files, repo maps and few-shot examples sent as messages) and user
-    messages or replies longer than `conversation_tokens`. Off, they end before it and the
-    model keeps reading it. Only ever where the model can recall the archive: without the
-    recall tool no fold takes a user message or a reply (DESIGN §2.7)."""
+    (plain chat turns, files, repo maps and few-shot examples sent as messages) inside their
+    range, and user messages or replies longer than `conversation_tokens`. Off, the folds end
+    before it and the model keeps reading it. A tool-less exchange is never finished work
+    (the lifecycle never marks it evictable) either way, and without the recall tool no fold
+    takes a user message or a reply (DESIGN §2.7)."""
     conversation_tokens: int = 1_000
     """A user message or a reply without tool calls longer than this is content the model
     works with (pasted text, a file, a plan), not a task statement: kept in view like a
