@@ -18,7 +18,7 @@ from cachepilot.fold import (
     safe_cut,
 )
 from cachepilot.fold.facts_in_use import output_values
-from cachepilot.fold.keep import conversation_bound
+from cachepilot.fold.keep import fold_begin
 from cachepilot.lifecycle import LifecycleRegistry, SegmentState
 from cachepilot.maintenance import (
     Candidate,
@@ -205,9 +205,10 @@ class Maintenance(PilotBase):
             remaining = context - (decision.removed_tokens if edits else 0)
             fold_reason = None
             keep_from: str | None = None
-            # What a fold keeps in view (DESIGN §2.7): the finished-task and cost-model folds
-            # end before the conversation, and without recall no fold takes any of it.
-            keeps = _FoldKeeps(rendered, sizes, cfg, recall=recall) if cfg.fold else None
+            start_key: str | None = None
+            # What a fold keeps in view (DESIGN §2.7): a fold starts after the conversation it
+            # must keep; without recall no fold takes a user message or a reply.
+            keeps = _FoldKeeps(rendered, sizes, cfg, counter, recall=recall) if cfg.fold else None
             task_fold = (
                 self._finished_task_fold(
                     state, rendered, counter, profile.price, sizes, cold=cold, keeps=keeps
@@ -215,47 +216,42 @@ class Maintenance(PilotBase):
                 if keeps is not None and cfg.fold_finished_tasks
                 else None
             )
-            cost_fold = (
-                fold_estimate(
-                    view,
-                    counter,
-                    cfg,
-                    profile.price,
-                    state.calls,
-                    sizes=sizes,
-                    end=keeps.conversation,
-                )
+            cost_begin = (
+                keeps.begin(trigger=False)
                 if keeps is not None and cfg.fold_by_cost and not edits and task_fold is None
                 else None
             )
-            foldable = True
+            cost_fold = (
+                fold_estimate(
+                    view, counter, cfg, profile.price, state.calls, sizes=sizes, begin=cost_begin
+                )
+                if cost_begin is not None
+                else None
+            )
             if keeps is not None and remaining >= cfg.fold_trigger * window:
                 fold_reason = "fold-trigger"
-                foldable, keep_from = keeps.end_key(keeps.strict, counter)
+                start_key = keeps.key(keeps.begin(trigger=True))
             elif task_fold is not None:
                 fold_reason = "finished-task-fold"
-                keep_from, estimate, span = task_fold
+                keep_from, start_key, estimate, span = task_fold
                 decision = estimate.decision(state.calls, fold_reason, context, span)
             elif keeps is not None and cost_fold is not None and cost_fold.pays:
                 fold_reason = "cost-model-fold"
                 decision = cost_fold.decision(state.calls, fold_reason, context, 0)
-                foldable, keep_from = keeps.end_key(keeps.conversation, counter)
+                start_key = keeps.key(cost_begin or 0)
             if fold_reason is not None:
-                folded = (
-                    self._fold_edits(
-                        thread=thread,
-                        state=state,
-                        canon_messages=canon_messages,
-                        keys=keys,
-                        pending=edits,
-                        system=system,
-                        counter=counter,
-                        keep_from=keep_from,
-                        finished=fold_reason == "finished-task-fold",
-                        recall=recall,
-                    )
-                    if foldable
-                    else []
+                folded = self._fold_edits(
+                    thread=thread,
+                    state=state,
+                    canon_messages=canon_messages,
+                    keys=keys,
+                    pending=edits,
+                    system=system,
+                    counter=counter,
+                    keep_from=keep_from,
+                    start_key=start_key,
+                    finished=fold_reason == "finished-task-fold",
+                    recall=recall,
                 )
                 edits += folded
                 if not folded and fold_reason != "fold-trigger":
@@ -303,12 +299,14 @@ class Maintenance(PilotBase):
         counter: TokenCounter,
         emergency: bool = False,
         keep_from: str | None = None,
+        start_key: str | None = None,
         finished: bool = False,
         recall: bool = True,
     ) -> list[Edit]:
         """A fold of everything before the protected tail (or before the message keyed
-        `keep_from`), as seen after `pending` edits; `finished`: the range is finished
-        tasks (their summary stays small)."""
+        `keep_from`), from the task statement on (or from the message keyed `start_key`), as
+        seen after `pending` edits; `finished`: the range is finished tasks (their summary
+        stays small)."""
         trial = state.plan.model_copy(deep=True)
         if pending:
             trial.epochs.append(
@@ -338,6 +336,7 @@ class Maintenance(PilotBase):
                 summary_max_tokens=self.config.maintenance.fold_summary_max_tokens,
                 facts_share=self.config.maintenance.fold_facts_share,
                 keep_from=keep_from,
+                start_key=start_key,
                 **args,
             )
         return [edit] if edit is not None else []
@@ -403,33 +402,42 @@ class Maintenance(PilotBase):
         *,
         cold: bool = False,
         keeps: _FoldKeeps | None = None,
-    ) -> tuple[str, FoldEstimate, int] | None:
-        """A fold of the leading finished tasks, when the cost model says it pays (or, on a
-        cold cache, whenever it removes tokens: the rewrite is free then): (key of the first
-        message kept, the estimate, messages folded), else None.
+    ) -> tuple[str, str | None, FoldEstimate, int] | None:
+        """A fold of the latest run of finished tasks, when the cost model says it pays (or,
+        on a cold cache, whenever it removes tokens: the rewrite is free then): (key of the
+        first message kept after it, key of its first message or None for the task
+        statement's end, the estimate, messages folded), else None.
 
-        The run of tasks from the first one that the lifecycle marks evictable is folded; the
-        first task not evictable (the current one at the latest) is kept whole, and the fold
-        ends before the conversation `keeps` holds in view. The current task is expected to
-        run as long as the finished ones did on average.
+        The run ends before the first task after it that the lifecycle does not mark
+        evictable (the current one at the latest) and starts after the one before it (a
+        tool-less exchange is never evictable: it stays in view), and after the conversation
+        `keeps` holds in view. The current task is expected to run as long as the finished
+        ones did on average.
         """
         registry = state.lifecycle
         tasks = registry.tasks()
-        run = 0
-        while run < len(tasks) and tasks[run].state is SegmentState.EVICTABLE:
-            run += 1
-        if run == 0 or run == len(tasks) or not tasks[run].keys:
+        evictable = [t.state is SegmentState.EVICTABLE for t in tasks]
+        last = max((i for i, e in enumerate(evictable) if e), default=-1)
+        if last < 0 or last + 1 >= len(tasks) or not tasks[last + 1].keys:
             return None
-        keep_from = tasks[run].keys[0]
+        first = last
+        while first > 0 and evictable[first - 1]:
+            first -= 1
+        keep_from = tasks[last + 1].keys[0]
         start = fold_start(rendered.messages, rendered.folds)
+        if first > 0:
+            at = _view_index(rendered, tasks[first].keys[0]) if tasks[first].keys else None
+            if at is None:
+                return None
+            start = max(start, at)
         cut = cut_before(rendered, keep_from, start)
         if cut is None:
             return None
-        if keeps is not None and keeps.conversation < cut:
-            cut = keeps.conversation
+        if keeps is not None:
+            start = max(start, keeps.begin(trigger=False, end=cut))
             if cut - start < MIN_FOLD_MESSAGES:
                 return None
-            keep_from = rendered.spans[cut][0]
+        start_key = None if start == keeps_start(rendered) else rendered.spans[start][0]
         cfg = self.config.maintenance
         estimate = task_fold_estimate(
             sizes,
@@ -440,7 +448,7 @@ class Maintenance(PilotBase):
             expected_calls=_expected_task_calls(registry, cfg.horizon),
         )
         pays = estimate.pays or (cold and estimate.removed_tokens > 0)
-        return (keep_from, estimate, cut - start) if pays else None
+        return (keep_from, start_key, estimate, cut - start) if pays else None
 
     def _evictable(
         self,
@@ -572,67 +580,76 @@ class Maintenance(PilotBase):
         )
 
 
-class _FoldKeeps:
-    """Where folds end to keep the conversation in view (see `cachepilot.fold.keep`).
+def keeps_start(rendered: PlanView) -> int:
+    """Where a fold starts by default: after the leading system messages and the task
+    statement (an earlier summary there starts a differential fold)."""
+    return fold_start(rendered.messages, rendered.folds)
 
-    Attributes:
-        start: where a fold range starts in the view.
-        strict: the first view index a fold must not pass in any case (without recall: the
-            first user message or reply after `start`; with recall: none).
-        conversation: the first one the finished-task and cost-model folds must not pass.
-    """
+
+def _view_index(rendered: PlanView, key: str) -> int | None:
+    """The view index of the message with transcript key `key`, or None when no view
+    message starts with it (e.g. it is inside a fold)."""
+    return next((i for i, span in enumerate(rendered.spans) if span[0] == key), None)
+
+
+class _FoldKeeps:
+    """Where folds begin to keep the conversation in view (see `cachepilot.fold.keep`)."""
 
     def __init__(
-        self, rendered: PlanView, sizes: Sequence[int], cfg: MaintenanceConfig, *, recall: bool
+        self,
+        rendered: PlanView,
+        sizes: Sequence[int],
+        cfg: MaintenanceConfig,
+        counter: TokenCounter,
+        *,
+        recall: bool,
     ) -> None:
         self._rendered = rendered
-        view = rendered.messages
-        self.start = fold_start(view, rendered.folds)
-        end = len(view)
-        self.strict = end
-        if not recall:
-            self.strict = conversation_bound(
-                view,
-                self.start,
-                end,
-                sizes=sizes,
-                strict=True,
-                message_tokens=cfg.conversation_tokens,
-                folds=rendered.folds,
-            )
-        self.conversation = self.strict
-        if recall and not cfg.fold_conversation:
-            self.conversation = conversation_bound(
-                view,
-                self.start,
-                end,
-                sizes=sizes,
-                strict=False,
-                message_tokens=cfg.conversation_tokens,
-                folds=rendered.folds,
-            )
-        self._protect = cfg.fold_protect_tokens
+        self._sizes = sizes
+        self._cfg = cfg
+        self._counter = counter
+        self._recall = recall
+        self.start = keeps_start(rendered)
 
-    def end_key(self, limit: int, counter: TokenCounter) -> tuple[bool, str | None]:
-        """(whether a fold bounded by `limit` can happen, the key it ends before: None for
-        the fold's own cut before the protected tail)."""
+    def begin(self, *, trigger: bool, end: int | None = None) -> int:
+        """The view index a fold ending at `end` (default: before the protected tail) begins
+        at. `trigger`: the fold past the context trigger, which takes conversation too
+        where the model can recall it."""
+        cfg = self._cfg
+        if self._recall and (trigger or cfg.fold_conversation):
+            return self.start
         view = self._rendered
-        if limit >= len(view.messages):
-            return True, None
-        natural = safe_cut(
+        if end is None:
+            end = safe_cut(
+                view.messages,
+                view.keys,
+                protect_tail_tokens=cfg.fold_protect_tokens,
+                counter=self._counter,
+                start=self.start,
+            )
+            if end is None:
+                return self.start
+        return fold_begin(
             view.messages,
-            view.keys,
-            protect_tail_tokens=self._protect,
-            counter=counter,
-            start=self.start,
+            self.start,
+            end,
+            sizes=self._sizes,
+            strict=not self._recall,
+            message_tokens=cfg.conversation_tokens,
+            folds=view.folds,
         )
-        if natural is None:
-            return False, None
-        if natural <= limit:
-            return True, None
-        if limit - self.start < MIN_FOLD_MESSAGES:
-            return False, None
-        return True, view.spans[limit][0]
+
+    def key(self, begin: int) -> str | None:
+        """The `start_key` of a fold that begins at view index `begin` (None: the default
+        start; the view's end when nothing can be folded)."""
+        if begin <= self.start:
+            return None
+        spans = self._rendered.spans
+        return spans[begin][0] if begin < len(spans) else _NOTHING
+
+
+_NOTHING = "\x00nothing"
+"""A start key no message has: the fold finds no range."""
 
 
 def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:

@@ -509,14 +509,14 @@ def fold_estimate(
     call: int,
     *,
     sizes: Sequence[int] | None = None,
-    end: int | None = None,
+    begin: int | None = None,
 ) -> FoldEstimate | None:
     """The cost model on folding everything between the task statement and the protected
     tail; None when that range would remove fewer than `fold_min_tokens`.
 
     `sizes`: `counter.count_message` of each view message, when the caller keeps them.
-    `end`: the range ends at or before this view index (what the fold keeps in view, see
-    `cachepilot.fold.keep`).
+    `begin`: the range starts at this view index instead (after the conversation the fold
+    keeps in view, see `cachepilot.fold.keep`).
     """
     sizes = _all_sizes(view, counter, sizes)
     first_user = next((i for i, m in enumerate(view) if m.role == "user"), None)
@@ -527,9 +527,10 @@ def fold_estimate(
     while cut > first_user + 1 and tail < config.fold_protect_tokens:
         cut -= 1
         tail += sizes[cut]
-    if end is not None:
-        cut = max(first_user + 1, min(cut, end))
-    estimate = _estimate(sizes, first_user + 1, cut, config, rates(config, price, call))
+    start = first_user + 1 if begin is None else max(first_user + 1, begin)
+    if cut <= start:
+        return None
+    estimate = _estimate(sizes, start, cut, config, rates(config, price, call))
     return None if estimate.removed_tokens < config.fold_min_tokens else estimate
 
 

@@ -1,7 +1,9 @@
 """What a fold keeps in view: the conversation the model works with (DESIGN §2.7).
 
-A fold replaces one contiguous range, so keeping a message means ending the range before it.
-Two levels:
+A fold replaces one contiguous range, so it keeps a message in view by starting after it: the
+range is the stretch of work between the last message it must keep and the protected tail
+(an earlier fold's summary stays where it is, and the conversation between the two stays
+verbatim). Two levels:
 
 - **strict** (the model cannot call `recall` in this request, e.g. a tool-less client through
   the proxy): no user message and no reply without tool calls is folded; only tool exchanges
@@ -9,12 +11,12 @@ Two levels:
 - **conversation** (recall offered; the lifecycle's finished-task fold and the cost-model
   fold): a tool-less exchange (a user turn whose answer holds no tool call: a plain chat turn,
   a file, repo map or few-shot example sent as messages) is never folded as finished work, and
-  neither is a single user message or reply longer than a task statement (pasted content, a
+  neither is a single user message or reply longer than `message_tokens` (pasted content, a
   plan the model wrote).
 
 The fold past the context trigger (it must shrink) and the emergency fold after a provider
-context-length error are not bounded here: they archive the range and name it to a model that
-can recall it.
+context-length error are not bounded here when recall is offered: they archive the range and
+name it to a model that can recall it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from cachepilot.fold.request import is_fold_summary
 from cachepilot.messages import Message
 from cachepilot.plan import Edit
 
-__all__ = ["conversation_bound", "is_conversation"]
+__all__ = ["fold_begin", "is_conversation"]
 
 
 def is_conversation(message: Message) -> bool:
@@ -54,7 +56,11 @@ def _tool_less_turns(
 
     for index, message in enumerate(messages):
         summary = (folds is not None and folds[index] is not None) or is_fold_summary(message)
-        if message.role == "user" and not summary and not previous_user:
+        if summary:
+            # A summary ends the turn before it: what follows it continues folded work.
+            close(index)
+            turn_start = None
+        elif message.role == "user" and not previous_user:
             close(index)
             turn_start, has_tools = index, False
         elif message.role == "tool" or message.tool_calls:
@@ -64,7 +70,7 @@ def _tool_less_turns(
     return out
 
 
-def conversation_bound(
+def fold_begin(
     messages: Sequence[Message],
     start: int,
     end: int,
@@ -74,16 +80,15 @@ def conversation_bound(
     message_tokens: int,
     folds: Sequence[Edit | None] | None = None,
 ) -> int:
-    """Where a fold of `messages[start:end]` must end to keep the conversation in view.
+    """Where a fold of `messages[start:end]` must begin to keep the conversation in view.
 
-    Returns the largest cut `c <= end` such that `messages[start:c]` holds no message to keep
-    and cutting before `c` splits no tool exchange (`start` when no such cut leaves anything
-    to fold).
+    Returns the least `b >= start` such that `messages[b:end]` holds no message to keep and
+    `b` starts no tool result and splits no tool exchange (`end` when there is none).
 
     Args:
         messages: the view.
-        start: where the fold range starts (`fold_start`).
-        end: where it would end (exclusive).
+        start: where the fold range would start (`fold_start`).
+        end: where it ends (exclusive).
         sizes: tokens of each view message.
         strict: keep every user message and every reply without tool calls.
         message_tokens: (not strict) a user message or reply longer than this is kept.
@@ -97,22 +102,17 @@ def conversation_bound(
     if not 0 <= start <= end <= len(messages):
         raise ValueError(f"bad range [{start}, {end}) of {len(messages)} messages")
     tool_less = None if strict else _tool_less_turns(messages, folds)
-    bound = end
-    for index in range(start, end):
+    begin = start
+    for index in range(end - 1, start - 1, -1):
         message = messages[index]
-        if folds is not None and folds[index] is not None:
+        if (folds is not None and folds[index] is not None) or not is_conversation(message):
             continue
-        if not is_conversation(message):
-            continue
-        if strict or (tool_less is not None and tool_less[index]):
-            bound = index
+        if strict or (tool_less is not None and tool_less[index]) or sizes[index] > message_tokens:
+            begin = index + 1
             break
-        if sizes[index] > message_tokens:
-            bound = index
-            break
-    if bound == end:
-        return end
+    if begin == start:
+        return start
     bad = straddled(messages)
-    while bound > start and (bad[bound] or messages[bound].role == "tool"):
-        bound -= 1
-    return bound
+    while begin < end and (bad[begin] or messages[begin].role == "tool"):
+        begin += 1
+    return begin
