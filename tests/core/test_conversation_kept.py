@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cachepilot import CachePilot, Config, InMemoryArtifactStore
-from cachepilot.fold.keep import fold_begin, is_conversation
+from cachepilot.fold.keep import fold_begin, fold_stretches, is_conversation
 from cachepilot.lifecycle import LifecycleDelta, LifecycleRegistry, RuleEstimator, SegmentState
 from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall, pairing_issues
@@ -204,6 +204,13 @@ def test_fold_begin_by_hand() -> None:
     assert (
         begin(2, 3, sizes, strict=True) == 2 or view[begin(2, 3, sizes, strict=True)].role != "tool"
     )
+
+    # The stretches a fold may take lie between the kept messages.
+    def stretches(*, strict: bool) -> list[tuple[int, int]]:
+        return fold_stretches(view, 1, end, sizes=sizes, strict=strict, message_tokens=100)
+
+    assert stretches(strict=False) == [(1, 4), (6, 9)]
+    assert stretches(strict=True) == [(1, 3), (7, 9)]
     with pytest.raises(ValueError):
         fold_begin(view, 1, end, sizes=sizes[:2], strict=True, message_tokens=100)
 

@@ -18,7 +18,7 @@ from cachepilot.fold import (
     safe_cut,
 )
 from cachepilot.fold.facts_in_use import output_values
-from cachepilot.fold.keep import fold_begin
+from cachepilot.fold.keep import fold_begin, fold_stretches
 from cachepilot.lifecycle import LifecycleRegistry, SegmentState
 from cachepilot.maintenance import (
     Candidate,
@@ -216,42 +216,62 @@ class Maintenance(PilotBase):
                 if keeps is not None and cfg.fold_finished_tasks
                 else None
             )
-            cost_begin = (
-                keeps.begin(trigger=False)
+            cost_range = (
+                keeps.stretch(trigger=False)
                 if keeps is not None and cfg.fold_by_cost and not edits and task_fold is None
                 else None
             )
             cost_fold = (
                 fold_estimate(
-                    view, counter, cfg, profile.price, state.calls, sizes=sizes, begin=cost_begin
+                    view,
+                    counter,
+                    cfg,
+                    profile.price,
+                    state.calls,
+                    sizes=sizes,
+                    begin=cost_range[0],
+                    end=cost_range[1],
                 )
-                if cost_begin is not None
+                if cost_range is not None
                 else None
             )
+            foldable = True
             if keeps is not None and remaining >= cfg.fold_trigger * window:
                 fold_reason = "fold-trigger"
-                start_key = keeps.key(keeps.begin(trigger=True))
+                trigger_range = keeps.stretch(trigger=True)
+                foldable = trigger_range is not None
+                if trigger_range is not None:
+                    start_key, keep_from = keeps.keys(trigger_range)
             elif task_fold is not None:
                 fold_reason = "finished-task-fold"
                 keep_from, start_key, estimate, span = task_fold
                 decision = estimate.decision(state.calls, fold_reason, context, span)
-            elif keeps is not None and cost_fold is not None and cost_fold.pays:
+            elif (
+                keeps is not None
+                and cost_range is not None
+                and cost_fold is not None
+                and cost_fold.pays
+            ):
                 fold_reason = "cost-model-fold"
                 decision = cost_fold.decision(state.calls, fold_reason, context, 0)
-                start_key = keeps.key(cost_begin or 0)
+                start_key, keep_from = keeps.keys(cost_range)
             if fold_reason is not None:
-                folded = self._fold_edits(
-                    thread=thread,
-                    state=state,
-                    canon_messages=canon_messages,
-                    keys=keys,
-                    pending=edits,
-                    system=system,
-                    counter=counter,
-                    keep_from=keep_from,
-                    start_key=start_key,
-                    finished=fold_reason == "finished-task-fold",
-                    recall=recall,
+                folded = (
+                    self._fold_edits(
+                        thread=thread,
+                        state=state,
+                        canon_messages=canon_messages,
+                        keys=keys,
+                        pending=edits,
+                        system=system,
+                        counter=counter,
+                        keep_from=keep_from,
+                        start_key=start_key,
+                        finished=fold_reason == "finished-task-fold",
+                        recall=recall,
+                    )
+                    if foldable
+                    else []
                 )
                 edits += folded
                 if not folded and fold_reason != "fold-trigger":
@@ -610,46 +630,71 @@ class _FoldKeeps:
         self._counter = counter
         self._recall = recall
         self.start = keeps_start(rendered)
+        self._cut: int | None = -1  # not computed yet
 
-    def begin(self, *, trigger: bool, end: int | None = None) -> int:
-        """The view index a fold ending at `end` (default: before the protected tail) begins
-        at. `trigger`: the fold past the context trigger, which takes conversation too
-        where the model can recall it."""
-        cfg = self._cfg
-        if self._recall and (trigger or cfg.fold_conversation):
-            return self.start
-        view = self._rendered
-        if end is None:
-            end = safe_cut(
+    def _natural(self) -> int | None:
+        """The cut before the protected tail (None: nothing to fold)."""
+        if self._cut == -1:
+            view = self._rendered
+            self._cut = safe_cut(
                 view.messages,
                 view.keys,
-                protect_tail_tokens=cfg.fold_protect_tokens,
+                protect_tail_tokens=self._cfg.fold_protect_tokens,
                 counter=self._counter,
                 start=self.start,
             )
-            if end is None:
-                return self.start
+        return self._cut
+
+    def _takes_all(self, trigger: bool) -> bool:
+        # The fold past the trigger takes conversation too where the model can recall it.
+        return self._recall and (trigger or self._cfg.fold_conversation)
+
+    def begin(self, *, trigger: bool, end: int) -> int:
+        """The view index a fold ending at `end` begins at (after the last message it keeps
+        in view)."""
+        if self._takes_all(trigger):
+            return self.start
+        view = self._rendered
         return fold_begin(
             view.messages,
             self.start,
             end,
             sizes=self._sizes,
             strict=not self._recall,
-            message_tokens=cfg.conversation_tokens,
+            message_tokens=self._cfg.conversation_tokens,
             folds=view.folds,
         )
 
-    def key(self, begin: int) -> str | None:
-        """The `start_key` of a fold that begins at view index `begin` (None: the default
-        start; the view's end when nothing can be folded)."""
-        if begin <= self.start:
+    def stretch(self, *, trigger: bool) -> tuple[int, int] | None:
+        """The range a fold before the protected tail takes: the largest stretch (in tokens;
+        the latest of equals) between the messages it keeps in view, or None."""
+        natural = self._natural()
+        if natural is None:
             return None
+        if self._takes_all(trigger):
+            return self.start, natural
+        view = self._rendered
+        stretches = fold_stretches(
+            view.messages,
+            self.start,
+            natural,
+            sizes=self._sizes,
+            strict=not self._recall,
+            message_tokens=self._cfg.conversation_tokens,
+            folds=view.folds,
+        )
+        if not stretches:
+            return None
+        return max(reversed(stretches), key=lambda r: sum(self._sizes[r[0] : r[1]]))
+
+    def keys(self, stretch: tuple[int, int]) -> tuple[str | None, str | None]:
+        """(`start_key`, `keep_from`) of a fold of `stretch` (None: the default start, the
+        cut before the protected tail)."""
+        begin, end = stretch
         spans = self._rendered.spans
-        return spans[begin][0] if begin < len(spans) else _NOTHING
-
-
-_NOTHING = "\x00nothing"
-"""A start key no message has: the fold finds no range."""
+        start_key = spans[begin][0] if begin > self.start else None
+        keep_from = spans[end][0] if end != self._natural() and end < len(spans) else None
+        return start_key, keep_from
 
 
 def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:

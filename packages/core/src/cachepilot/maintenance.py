@@ -510,13 +510,14 @@ def fold_estimate(
     *,
     sizes: Sequence[int] | None = None,
     begin: int | None = None,
+    end: int | None = None,
 ) -> FoldEstimate | None:
     """The cost model on folding everything between the task statement and the protected
     tail; None when that range would remove fewer than `fold_min_tokens`.
 
     `sizes`: `counter.count_message` of each view message, when the caller keeps them.
-    `begin`: the range starts at this view index instead (after the conversation the fold
-    keeps in view, see `cachepilot.fold.keep`).
+    `begin`, `end`: the range starts at or ends before these view indices instead (a stretch
+    between the conversation the fold keeps in view, see `cachepilot.fold.keep`).
     """
     sizes = _all_sizes(view, counter, sizes)
     first_user = next((i for i, m in enumerate(view) if m.role == "user"), None)
@@ -528,6 +529,8 @@ def fold_estimate(
         cut -= 1
         tail += sizes[cut]
     start = first_user + 1 if begin is None else max(first_user + 1, begin)
+    if end is not None:
+        cut = min(cut, end)
     if cut <= start:
         return None
     estimate = _estimate(sizes, start, cut, config, rates(config, price, call))

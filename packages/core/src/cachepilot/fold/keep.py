@@ -28,7 +28,7 @@ from cachepilot.fold.request import is_fold_summary
 from cachepilot.messages import Message
 from cachepilot.plan import Edit
 
-__all__ = ["fold_begin", "is_conversation"]
+__all__ = ["fold_begin", "fold_stretches", "is_conversation"]
 
 
 def is_conversation(message: Message) -> bool:
@@ -70,6 +70,71 @@ def _tool_less_turns(
     return out
 
 
+def _kept(
+    messages: Sequence[Message],
+    start: int,
+    end: int,
+    *,
+    sizes: Sequence[int],
+    strict: bool,
+    message_tokens: int,
+    folds: Sequence[Edit | None] | None,
+) -> list[int]:
+    """Indices in `[start, end)` of the messages a fold keeps in view."""
+    if len(sizes) != len(messages):
+        raise ValueError(f"sizes ({len(sizes)}) must align with messages ({len(messages)})")
+    if not 0 <= start <= end <= len(messages):
+        raise ValueError(f"bad range [{start}, {end}) of {len(messages)} messages")
+    tool_less = None if strict else _tool_less_turns(messages, folds)
+    out: list[int] = []
+    for index in range(start, end):
+        message = messages[index]
+        if (folds is not None and folds[index] is not None) or not is_conversation(message):
+            continue
+        if strict or (tool_less is not None and tool_less[index]) or sizes[index] > message_tokens:
+            out.append(index)
+    return out
+
+
+def fold_stretches(
+    messages: Sequence[Message],
+    start: int,
+    end: int,
+    *,
+    sizes: Sequence[int],
+    strict: bool,
+    message_tokens: int,
+    folds: Sequence[Edit | None] | None = None,
+) -> list[tuple[int, int]]:
+    """The stretches `[a, b)` of `messages[start:end]` a fold may take: between the messages
+    it keeps in view, none starting with a tool result or splitting a tool exchange, in
+    order (empty ones left out). Arguments as `fold_begin`.
+
+    Raises:
+        ValueError: on misaligned `sizes` or a range outside `messages`.
+    """
+    kept = _kept(
+        messages,
+        start,
+        end,
+        sizes=sizes,
+        strict=strict,
+        message_tokens=message_tokens,
+        folds=folds,
+    )
+    bad = straddled(messages)
+    out: list[tuple[int, int]] = []
+    for first, stop in zip([start, *(k + 1 for k in kept)], [*kept, end], strict=True):
+        a, b = first, stop
+        while a < b and (bad[a] or messages[a].role == "tool"):
+            a += 1
+        while b > a and b < len(messages) and (bad[b] or messages[b].role == "tool"):
+            b -= 1
+        if a < b:
+            out.append((a, b))
+    return out
+
+
 def fold_begin(
     messages: Sequence[Message],
     start: int,
@@ -97,21 +162,18 @@ def fold_begin(
     Raises:
         ValueError: on misaligned `sizes` or a range outside `messages`.
     """
-    if len(sizes) != len(messages):
-        raise ValueError(f"sizes ({len(sizes)}) must align with messages ({len(messages)})")
-    if not 0 <= start <= end <= len(messages):
-        raise ValueError(f"bad range [{start}, {end}) of {len(messages)} messages")
-    tool_less = None if strict else _tool_less_turns(messages, folds)
-    begin = start
-    for index in range(end - 1, start - 1, -1):
-        message = messages[index]
-        if (folds is not None and folds[index] is not None) or not is_conversation(message):
-            continue
-        if strict or (tool_less is not None and tool_less[index]) or sizes[index] > message_tokens:
-            begin = index + 1
-            break
-    if begin == start:
+    kept = _kept(
+        messages,
+        start,
+        end,
+        sizes=sizes,
+        strict=strict,
+        message_tokens=message_tokens,
+        folds=folds,
+    )
+    if not kept:
         return start
+    begin = kept[-1] + 1
     bad = straddled(messages)
     while begin < end and (bad[begin] or messages[begin].role == "tool"):
         begin += 1
