@@ -140,7 +140,7 @@ class MaintenanceConfig(BaseModel):
     before it and the model keeps reading it. A tool-less exchange is never finished work
     (the lifecycle never marks it evictable) either way, and without the recall tool no fold
     takes a user message or a reply (DESIGN §2.7)."""
-    conversation_tokens: int = 1_000
+    conversation_tokens: int = 4_000
     """A user message or a reply without tool calls longer than this is content the model
     works with (pasted text, a file, a plan), not a task statement: kept in view like a
     tool-less exchange unless `fold_conversation`."""
