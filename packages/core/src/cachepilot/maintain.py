@@ -17,6 +17,7 @@ from cachepilot.fold import (
     plan_fold,
     safe_cut,
 )
+from cachepilot.fold.cut import straddled
 from cachepilot.fold.facts_in_use import output_values
 from cachepilot.fold.keep import fold_begin, fold_stretches
 from cachepilot.lifecycle import LifecycleRegistry, SegmentState
@@ -216,25 +217,29 @@ class Maintenance(PilotBase):
                 if keeps is not None and cfg.fold_finished_tasks
                 else None
             )
-            cost_range = (
-                keeps.stretch(trigger=False)
+            cost_fold = (
+                fold_estimate(view, counter, cfg, profile.price, state.calls, sizes=sizes)
                 if keeps is not None and cfg.fold_by_cost and not edits and task_fold is None
                 else None
             )
-            cost_fold = (
-                fold_estimate(
-                    view,
-                    counter,
-                    cfg,
-                    profile.price,
-                    state.calls,
-                    sizes=sizes,
-                    begin=cost_range[0],
-                    end=cost_range[1],
+            cost_range = None
+            if keeps is not None and cost_fold is not None:
+                # The whole range would remove enough: the stretch the fold may take.
+                cost_range = keeps.stretch(trigger=False)
+                cost_fold = (
+                    fold_estimate(
+                        view,
+                        counter,
+                        cfg,
+                        profile.price,
+                        state.calls,
+                        sizes=sizes,
+                        begin=cost_range[0],
+                        end=cost_range[1],
+                    )
+                    if cost_range is not None
+                    else None
                 )
-                if cost_range is not None
-                else None
-            )
             foldable = True
             if keeps is not None and remaining >= cfg.fold_trigger * window:
                 fold_reason = "fold-trigger"
@@ -636,6 +641,12 @@ class _FoldKeeps:
         """The cut before the protected tail (None: nothing to fold)."""
         if self._cut == -1:
             view = self._rendered
+            start = self.start
+            if start < len(view.messages) and (
+                view.messages[start].role == "tool" or straddled(view.messages)[start]
+            ):
+                self._cut = None  # unpaired history at the start: no fold (plan_fold says so)
+                return None
             self._cut = safe_cut(
                 view.messages,
                 view.keys,
