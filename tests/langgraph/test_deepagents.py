@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -213,6 +214,33 @@ def test_a_plain_user_also_reads_the_view_of_the_evicted_output() -> None:
     # `CachePilotMiddleware` finds deepagents' file of the evicted output in graph state.
     assert ERROR_LINE in seen[0]
     assert REF.search(seen[0])
+
+
+EVICTED_PATH = re.compile(r"/large_tool_results/[\w-]+")
+
+
+@pytest.mark.parametrize("kind", ["plain", "recipe"])
+def test_the_model_reads_the_evicted_file_deepagents_points_to(kind: str) -> None:
+    # deepagents' prompt says: read the evicted output with `read_file` at the path its note
+    # names. With cachepilot the note stays next to cachepilot's ref, and the read works.
+    seen: dict[str, str] = {}
+
+    def respond(messages: list[BaseMessage], i: int) -> AIMessage:
+        if i == 0:
+            return tool_call("build", {"target": "all"}, i)
+        if i == 1:
+            seen["view"] = str(messages[-1].content)
+            found = EVICTED_PATH.search(seen["view"])
+            path = found.group(0) if found else "/large_tool_results/missing"
+            return tool_call("read_file", {"file_path": path, "offset": 3210, "limit": 20}, i)
+        seen["read"] = str(messages[-1].content)
+        return AIMessage(content="done")
+
+    _run(kind, respond)
+    assert REF.search(seen["view"]) and ERROR_LINE in seen["view"]  # cachepilot's view...
+    assert EVICTED_PATH.search(seen["view"])  # ...keeps deepagents' handle
+    assert "not found" not in seen["read"]
+    assert ERROR_LINE in seen["read"]  # the host's own tool reads its file
 
 
 def test_the_general_purpose_subagent_gets_the_pilot_in_a_thread_of_its_own() -> None:

@@ -9,13 +9,23 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cachepilot.fold import cut_before, emergency_fold, fold_start, plan_fold
+from cachepilot.fold import (
+    MIN_FOLD_MESSAGES,
+    cut_before,
+    emergency_fold,
+    fold_start,
+    plan_fold,
+    safe_cut,
+)
+from cachepilot.fold.cut import straddled
 from cachepilot.fold.facts_in_use import output_values
+from cachepilot.fold.keep import fold_begin, fold_stretches
 from cachepilot.lifecycle import LifecycleRegistry, SegmentState
 from cachepilot.log_labels import thread_label
 from cachepilot.maintenance import (
     Candidate,
     FoldEstimate,
+    MaintenanceConfig,
     argument_plan,
     build_edits,
     decide,
@@ -197,36 +207,77 @@ class Maintenance(PilotBase):
             remaining = context - (decision.removed_tokens if edits else 0)
             fold_reason = None
             keep_from: str | None = None
+            start_key: str | None = None
+            # What a fold keeps in view (DESIGN §2.7): a fold starts after the conversation it
+            # must keep; without recall no fold takes a user message or a reply.
+            keeps = _FoldKeeps(rendered, sizes, cfg, counter, recall=recall) if cfg.fold else None
             task_fold = (
-                self._finished_task_fold(state, rendered, counter, profile.price, sizes, cold=cold)
-                if cfg.fold and cfg.fold_finished_tasks
+                self._finished_task_fold(
+                    state, rendered, counter, profile.price, sizes, cold=cold, keeps=keeps
+                )
+                if keeps is not None and cfg.fold_finished_tasks
                 else None
             )
             cost_fold = (
                 fold_estimate(view, counter, cfg, profile.price, state.calls, sizes=sizes)
-                if cfg.fold and cfg.fold_by_cost and not edits and task_fold is None
+                if keeps is not None and cfg.fold_by_cost and not edits and task_fold is None
                 else None
             )
-            if cfg.fold and remaining >= cfg.fold_trigger * window:
+            cost_range = None
+            if keeps is not None and cost_fold is not None:
+                # The whole range would remove enough: the stretch the fold may take.
+                cost_range = keeps.stretch(trigger=False)
+                cost_fold = (
+                    fold_estimate(
+                        view,
+                        counter,
+                        cfg,
+                        profile.price,
+                        state.calls,
+                        sizes=sizes,
+                        begin=cost_range[0],
+                        end=cost_range[1],
+                    )
+                    if cost_range is not None
+                    else None
+                )
+            foldable = True
+            if keeps is not None and remaining >= cfg.fold_trigger * window:
                 fold_reason = "fold-trigger"
+                trigger_range = keeps.stretch(trigger=True)
+                foldable = trigger_range is not None
+                if trigger_range is not None:
+                    start_key, keep_from = keeps.keys(trigger_range)
             elif task_fold is not None:
                 fold_reason = "finished-task-fold"
-                keep_from, estimate, span = task_fold
+                keep_from, start_key, estimate, span = task_fold
                 decision = estimate.decision(state.calls, fold_reason, context, span)
-            elif cost_fold is not None and cost_fold.pays:
+            elif (
+                keeps is not None
+                and cost_range is not None
+                and cost_fold is not None
+                and cost_fold.pays
+            ):
                 fold_reason = "cost-model-fold"
                 decision = cost_fold.decision(state.calls, fold_reason, context, 0)
+                start_key, keep_from = keeps.keys(cost_range)
             if fold_reason is not None:
-                folded = self._fold_edits(
-                    thread=thread,
-                    state=state,
-                    canon_messages=canon_messages,
-                    keys=keys,
-                    pending=edits,
-                    system=system,
-                    counter=counter,
-                    keep_from=keep_from,
-                    recall=recall,
+                folded = (
+                    self._fold_edits(
+                        thread=thread,
+                        state=state,
+                        canon_messages=canon_messages,
+                        keys=keys,
+                        pending=edits,
+                        system=system,
+                        counter=counter,
+                        keep_from=keep_from,
+                        start_key=start_key,
+                        finished=fold_reason == "finished-task-fold",
+                        recall=recall,
+                    )
+                    if foldable
+                    else []
                 )
                 edits += folded
                 if not folded and fold_reason != "fold-trigger":
@@ -276,10 +327,14 @@ class Maintenance(PilotBase):
         counter: TokenCounter,
         emergency: bool = False,
         keep_from: str | None = None,
+        start_key: str | None = None,
+        finished: bool = False,
         recall: bool = True,
     ) -> list[Edit]:
         """A fold of everything before the protected tail (or before the message keyed
-        `keep_from`), as seen after `pending` edits."""
+        `keep_from`), from the task statement on (or from the message keyed `start_key`), as
+        seen after `pending` edits; `finished`: the range is finished tasks (their summary
+        stays small)."""
         trial = state.plan.model_copy(deep=True)
         if pending:
             trial.epochs.append(
@@ -305,10 +360,11 @@ class Maintenance(PilotBase):
                 protect_tail_tokens=self.config.maintenance.fold_protect_tokens,
                 summary_tokens=self.config.maintenance.fold_summary_tokens,
                 # Finished tasks are not in use any more: their summary stays small.
-                summary_share=0.0 if keep_from else self.config.maintenance.fold_summary_share,
+                summary_share=0.0 if finished else self.config.maintenance.fold_summary_share,
                 summary_max_tokens=self.config.maintenance.fold_summary_max_tokens,
                 facts_share=self.config.maintenance.fold_facts_share,
                 keep_from=keep_from,
+                start_key=start_key,
                 **args,
             )
         return [edit] if edit is not None else []
@@ -377,27 +433,43 @@ class Maintenance(PilotBase):
         sizes: Sequence[int],
         *,
         cold: bool = False,
-    ) -> tuple[str, FoldEstimate, int] | None:
-        """A fold of the leading finished tasks, when the cost model says it pays (or, on a
-        cold cache, whenever it removes tokens: the rewrite is free then): (key of the first
-        message kept, the estimate, messages folded), else None.
+        keeps: _FoldKeeps | None = None,
+    ) -> tuple[str, str | None, FoldEstimate, int] | None:
+        """A fold of the latest run of finished tasks, when the cost model says it pays (or,
+        on a cold cache, whenever it removes tokens: the rewrite is free then): (key of the
+        first message kept after it, key of its first message or None for the task
+        statement's end, the estimate, messages folded), else None.
 
-        The run of tasks from the first one that the lifecycle marks evictable is folded; the
-        first task not evictable (the current one at the latest) is kept whole. The current
-        task is expected to run as long as the finished ones did on average.
+        The run ends before the first task after it that the lifecycle does not mark
+        evictable (the current one at the latest) and starts after the one before it (a
+        tool-less exchange is never evictable: it stays in view), and after the conversation
+        `keeps` holds in view. The current task is expected to run as long as the finished
+        ones did on average.
         """
         registry = state.lifecycle
         tasks = registry.tasks()
-        run = 0
-        while run < len(tasks) and tasks[run].state is SegmentState.EVICTABLE:
-            run += 1
-        if run == 0 or run == len(tasks) or not tasks[run].keys:
+        evictable = [t.state is SegmentState.EVICTABLE for t in tasks]
+        last = max((i for i, e in enumerate(evictable) if e), default=-1)
+        if last < 0 or last + 1 >= len(tasks) or not tasks[last + 1].keys:
             return None
-        keep_from = tasks[run].keys[0]
+        first = last
+        while first > 0 and evictable[first - 1]:
+            first -= 1
+        keep_from = tasks[last + 1].keys[0]
         start = fold_start(rendered.messages, rendered.folds)
+        if first > 0:
+            at = _view_index(rendered, tasks[first].keys[0]) if tasks[first].keys else None
+            if at is None:
+                return None
+            start = max(start, at)
         cut = cut_before(rendered, keep_from, start)
         if cut is None:
             return None
+        if keeps is not None:
+            start = max(start, keeps.begin(trigger=False, end=cut))
+            if cut - start < MIN_FOLD_MESSAGES:
+                return None
+        start_key = None if start == keeps_start(rendered) else rendered.spans[start][0]
         cfg = self.config.maintenance
         estimate = task_fold_estimate(
             sizes,
@@ -408,7 +480,7 @@ class Maintenance(PilotBase):
             expected_calls=_expected_task_calls(registry, cfg.horizon),
         )
         pays = estimate.pays or (cold and estimate.removed_tokens > 0)
-        return (keep_from, estimate, cut - start) if pays else None
+        return (keep_from, start_key, estimate, cut - start) if pays else None
 
     def _evictable(
         self,
@@ -538,6 +610,109 @@ class Maintenance(PilotBase):
         return await asyncio.to_thread(
             self.maintain, system, messages, tools, thread, now=now, recall=recall
         )
+
+
+def keeps_start(rendered: PlanView) -> int:
+    """Where a fold starts by default: after the leading system messages and the task
+    statement (an earlier summary there starts a differential fold)."""
+    return fold_start(rendered.messages, rendered.folds)
+
+
+def _view_index(rendered: PlanView, key: str) -> int | None:
+    """The view index of the message with transcript key `key`, or None when no view
+    message starts with it (e.g. it is inside a fold)."""
+    return next((i for i, span in enumerate(rendered.spans) if span[0] == key), None)
+
+
+class _FoldKeeps:
+    """Where folds begin to keep the conversation in view (see `cachepilot.fold.keep`)."""
+
+    def __init__(
+        self,
+        rendered: PlanView,
+        sizes: Sequence[int],
+        cfg: MaintenanceConfig,
+        counter: TokenCounter,
+        *,
+        recall: bool,
+    ) -> None:
+        self._rendered = rendered
+        self._sizes = sizes
+        self._cfg = cfg
+        self._counter = counter
+        self._recall = recall
+        self.start = keeps_start(rendered)
+        self._cut: int | None = -1  # not computed yet
+
+    def _natural(self) -> int | None:
+        """The cut before the protected tail (None: nothing to fold)."""
+        if self._cut == -1:
+            view = self._rendered
+            start = self.start
+            if start < len(view.messages) and (
+                view.messages[start].role == "tool" or straddled(view.messages)[start]
+            ):
+                self._cut = None  # unpaired history at the start: no fold (plan_fold says so)
+                return None
+            self._cut = safe_cut(
+                view.messages,
+                view.keys,
+                protect_tail_tokens=self._cfg.fold_protect_tokens,
+                counter=self._counter,
+                start=self.start,
+            )
+        return self._cut
+
+    def _takes_all(self, trigger: bool) -> bool:
+        # The fold past the trigger takes conversation too where the model can recall it.
+        return self._recall and (trigger or self._cfg.fold_conversation)
+
+    def begin(self, *, trigger: bool, end: int) -> int:
+        """The view index a fold ending at `end` begins at (after the last message it keeps
+        in view)."""
+        if self._takes_all(trigger):
+            return self.start
+        view = self._rendered
+        return fold_begin(
+            view.messages,
+            self.start,
+            end,
+            sizes=self._sizes,
+            strict=not self._recall,
+            message_tokens=self._cfg.conversation_tokens,
+            folds=view.folds,
+        )
+
+    def stretch(self, *, trigger: bool) -> tuple[int, int] | None:
+        """The range a fold before the protected tail takes: the largest stretch (in tokens;
+        the latest of equals) between the messages it keeps in view, or None."""
+        natural = self._natural()
+        if natural is None:
+            return None
+        if self._takes_all(trigger):
+            return self.start, natural
+        view = self._rendered
+        stretches = fold_stretches(
+            view.messages,
+            self.start,
+            natural,
+            sizes=self._sizes,
+            strict=not self._recall,
+            message_tokens=self._cfg.conversation_tokens,
+            folds=view.folds,
+        )
+        if not stretches:
+            return None
+        return max(reversed(stretches), key=lambda r: sum(self._sizes[r[0] : r[1]]))
+
+    def keys(self, stretch: tuple[int, int]) -> tuple[str | None, str | None]:
+        """(`start_key`, `keep_from`) of a fold of `stretch` (None: the default start, the
+        cut before the protected tail)."""
+        begin, end = stretch
+        spans = self._rendered.spans
+        start_key = spans[begin][0] if begin > self.start else None
+        keep_from = spans[end][0] if end != self._natural() and end < len(spans) else None
+        return start_key, keep_from
 
 
 def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:

@@ -135,6 +135,17 @@ class MaintenanceConfig(BaseModel):
     the rule of cost-model folds (at least `fold_min_tokens` removed): the current task is
     the protected tail (on a cold cache whenever the fold removes tokens: the rewrite is free
     then)."""
+    fold_conversation: bool = False
+    """Let the finished-task and cost-model folds fold conversation too: tool-less exchanges
+    (plain chat turns, files, repo maps and few-shot examples sent as messages) inside their
+    range, and user messages or replies longer than `conversation_tokens`. Off, the folds end
+    before it and the model keeps reading it. A tool-less exchange is never finished work
+    (the lifecycle never marks it evictable) either way, and without the recall tool no fold
+    takes a user message or a reply (DESIGN §2.7)."""
+    conversation_tokens: int = 4_000
+    """A user message or a reply without tool calls longer than this is content the model
+    works with (pasted text, a file, a plan), not a task statement: kept in view like a
+    tool-less exchange unless `fold_conversation`."""
     context_window: int | None = None
     """Usable input window in tokens; None takes the provider profile's."""
     horizon: float = 0.5
@@ -149,6 +160,8 @@ class MaintenanceConfig(BaseModel):
     def _check(self) -> MaintenanceConfig:
         if self.every < 1:
             raise ValueError("every must be >= 1")
+        if self.conversation_tokens < 0:
+            raise ValueError("conversation_tokens must be >= 0")
         if not 0.1 <= self.fold_trigger <= 1.0:
             raise ValueError("fold_trigger must be within [0.1, 1.0]")
         for name in (
@@ -498,11 +511,15 @@ def fold_estimate(
     call: int,
     *,
     sizes: Sequence[int] | None = None,
+    begin: int | None = None,
+    end: int | None = None,
 ) -> FoldEstimate | None:
     """The cost model on folding everything between the task statement and the protected
     tail; None when that range would remove fewer than `fold_min_tokens`.
 
     `sizes`: `counter.count_message` of each view message, when the caller keeps them.
+    `begin`, `end`: the range starts at or ends before these view indices instead (a stretch
+    between the conversation the fold keeps in view, see `cachepilot.fold.keep`).
     """
     sizes = _all_sizes(view, counter, sizes)
     first_user = next((i for i, m in enumerate(view) if m.role == "user"), None)
@@ -513,7 +530,12 @@ def fold_estimate(
     while cut > first_user + 1 and tail < config.fold_protect_tokens:
         cut -= 1
         tail += sizes[cut]
-    estimate = _estimate(sizes, first_user + 1, cut, config, rates(config, price, call))
+    start = first_user + 1 if begin is None else max(first_user + 1, begin)
+    if end is not None:
+        cut = min(cut, end)
+    if cut <= start:
+        return None
+    estimate = _estimate(sizes, start, cut, config, rates(config, price, call))
     return None if estimate.removed_tokens < config.fold_min_tokens else estimate
 
 

@@ -8,9 +8,11 @@ the line that matters (an error in the middle of a build log) is gone from the m
 `EvictedViews` finds such results in a model call (a tool message naming the file of its own
 call id, which holds the text) and shows the model cachepilot's reduction of that text
 instead of the preview: the original is ingested like any result (the reduced view names
-its ref, `recall` finds the line). Graph state, the preview and the file stay as the host
-made them. Only what the host itself stored in the file is read or archived, so a result a
-middleware rewrote before the host evicted it stays rewritten.
+its ref, `recall` finds the line), and the host's line naming the file stays first, so the
+model can still read the file with the host's own tools (DESIGN §2.7). Graph state, the
+preview and the file stay as the host made them. Only what the host itself stored in the
+file is read or archived, so a result a middleware rewrote before the host evicted it stays
+rewritten.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import replace
 from cachepilot import CachePilot
 from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
+from cachepilot.reduce.handles import HANDLE_LINE_CHARS
 from cachepilot.views import result_text, view_key
 
 __all__ = ["EVICTED_DIR", "EvictedViews", "evicted_file_name"]
@@ -114,7 +117,9 @@ class EvictedViews:
                 path = index.get(evicted_file_name(call_id))
                 if path is None or path not in result_text(message):
                     continue
-                shown = self._view(pilot, thread, core, message, _text_of(files.get(path)))
+                shown = self._view(
+                    pilot, thread, core, message, _text_of(files.get(path)), path=path
+                )
                 if shown is None:
                     continue
             if out is None:
@@ -138,8 +143,11 @@ class EvictedViews:
         core: Sequence[Message],
         message: Message,
         original: str | None,
+        *,
+        path: str,
     ) -> Message | None:
-        """`message` carrying the view of `original` (ingested on first sight)."""
+        """`message` carrying the view of `original` (ingested on first sight), after the
+        host's line naming `path`: the model can still read the file the host points to."""
         if original is None:
             return None
         call_id = str(message.tool_call_id)
@@ -169,14 +177,27 @@ class EvictedViews:
             )
             logger.debug("the evicted call without a view: %s", call_id)
             return None
-        if len(text) >= len(result_text(message)) and not ref:
+        preview = result_text(message)
+        if len(text) >= len(preview) and not ref:
             return None  # never show more than the preview for nothing
-        shown = replace(message, content=text)
+        shown = replace(message, content=f"{_pointer(preview, path)}\n{text}")
         with self._lock:
             self._shown[(thread, call_id)] = (message, shown)
             while len(self._shown) > self._max:
                 self._shown.popitem(last=False)
         return shown
+
+
+def _pointer(preview: str, path: str) -> str:
+    """The host's line of `preview` that names `path` (its own handle on the full output),
+    or a short one naming it when that line is too long to repeat."""
+    for line in preview.splitlines():
+        if path in line:
+            stripped = line.strip()
+            if len(stripped) <= HANDLE_LINE_CHARS:
+                return stripped
+            break
+    return f"[the host saved the full output at {path}]"
 
 
 def _call_of(core: Sequence[Message], call_id: str) -> tuple[str, str]:

@@ -72,6 +72,7 @@ def _prepare(
     recall: bool = True,
     summary_share: float = 0.0,
     summary_max_tokens: int | None = None,
+    start_key: str | None = None,
 ) -> _Prepared | None:
     if summary_tokens < 1 or min_tokens < 0:
         raise ValueError("need summary_tokens >= 1 and min_tokens >= 0")
@@ -80,6 +81,11 @@ def _prepare(
     keys = message_keys(messages) if keys is None else keys
     view: PlanView = render_plan(messages, plan or Plan(), keys)
     start = fold_start(view.messages, view.folds)
+    if start_key is not None:
+        at = next((i for i, span in enumerate(view.spans) if span[0] == start_key), None)
+        if at is None or at < start:
+            return None
+        start = at
     if keep_from is not None:
         cut = cut_before(view, keep_from, start, min_messages)
     else:
@@ -210,6 +216,7 @@ def plan_fold(
     summary_share: float = 0.0,
     summary_max_tokens: int | None = None,
     facts_share: float = DEFAULT_FACTS_SHARE,
+    start_key: str | None = None,
 ) -> Edit | None:
     """Plan one fold of the view `render_plan(messages, plan, keys)`: archive, summarize, edit.
 
@@ -248,6 +255,9 @@ def plan_fold(
         summary_max_tokens: …and at most this (None: `summary_tokens` always).
         facts_share: the zero-LLM resume block (no summarizer, or the fallback): share of the
             summary kept for the facts in use.
+        start_key: transcript key of the first message to fold, instead of `fold_start`
+            (a fold that keeps the conversation before it in view, see `fold.keep`); no
+            fold when it is not a message of the view at or after `fold_start`.
 
     Returns:
         The fold edit to append in a new epoch, or None when there is nothing to fold.
@@ -273,6 +283,7 @@ def plan_fold(
         recall=recall,
         summary_share=summary_share,
         summary_max_tokens=summary_max_tokens,
+        start_key=start_key,
     )
     if prepared is None:
         return None
@@ -311,6 +322,7 @@ async def aplan_fold(
     summary_share: float = 0.0,
     summary_max_tokens: int | None = None,
     facts_share: float = DEFAULT_FACTS_SHARE,
+    start_key: str | None = None,
 ) -> Edit | None:
     """Async `plan_fold` (the summarizer is awaited via `asummarize`)."""
     counter = counter or get_counter()
@@ -334,6 +346,7 @@ async def aplan_fold(
         recall=recall,
         summary_share=summary_share,
         summary_max_tokens=summary_max_tokens,
+        start_key=start_key,
     )
     if prepared is None:
         return None

@@ -174,6 +174,9 @@ class Segment(_Compact):
     """Tasks: ordinal of the first call of the next task (set by the next user turn)."""
     done_at_call: int | None = None
     """Tasks: set when the agent declared done (final answer or a finishing tool)."""
+    work_units: int = 0
+    """Tasks: work units (tool exchanges) observed in the task; 0 is a tool-less exchange,
+    conversation rather than finished work."""
 
     @property
     def evictable(self) -> bool:

@@ -311,7 +311,17 @@ class LifecycleRegistry(BaseModel):
             return f"invalid transition {seg.state.value} -> {delta.to_state.value}"
         if delta.to_state is SegmentState.EVICTABLE and seg.pending:
             return "unit still waits for tool results"
+        if (
+            delta.to_state is SegmentState.EVICTABLE
+            and seg.kind == "task"
+            and not self.has_work(seg)
+        ):
+            return "a tool-less exchange is conversation, not finished work"
         return None
+
+    def has_work(self, task: Segment) -> bool:
+        """The task holds a tool exchange (a task without one is conversation: DESIGN §2.7)."""
+        return task.work_units > 0 or any(f"unit:{key}" in self.segments for key in task.keys)
 
     def apply(self, deltas: Iterable[LifecycleDelta]) -> list[LifecycleDelta]:
         """Apply the valid deltas in order; skip the others (logged at DEBUG).
@@ -357,6 +367,12 @@ class LifecycleRegistry(BaseModel):
                 raise InvalidTransition(seg.id, current, delta.to_state)
             if delta.to_state is SegmentState.EVICTABLE and seg.pending:
                 raise InvalidTransition(seg.id, current, delta.to_state, "(pending results)")
+            if (
+                delta.to_state is SegmentState.EVICTABLE
+                and seg.kind == "task"
+                and not self.has_work(seg)
+            ):
+                raise InvalidTransition(seg.id, current, delta.to_state, "(tool-less exchange)")
             simulated[seg.id] = delta.to_state
         return self.apply(deltas)
 
@@ -567,6 +583,7 @@ class LifecycleRegistry(BaseModel):
         if not message.tool_calls:
             task.done_at_call = self.calls  # a final answer: the agent yields the turn
             return
+        task.work_units += 1
         unit_id = f"unit:{key}"
         effects: list[Effect] = []
         resources: list[str] = []

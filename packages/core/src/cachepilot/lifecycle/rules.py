@@ -14,7 +14,9 @@ Rules, evaluated on the facts `LifecycleRegistry.observe` recorded:
   it stays `completed` (alive). `reference_window=None` keeps a unit referenced once after
   its task ended alive for good;
 - a completed task is `evictable` as a whole (the scheduler may fold it) once a later user
-  turn started the next task and every one of its units is evictable;
+  turn started the next task and every one of its units is evictable; a task without any
+  unit (a tool-less exchange: a plain chat turn, a file or few-shot example sent as messages)
+  is conversation, not finished work, and never evictable (DESIGN §2.7);
 - never: the last `protect_last_units` units, and units still waiting for tool results.
 """
 
@@ -161,7 +163,8 @@ class RuleEstimator:
         task_state: dict[str, SegmentState],
         deltas: Sequence[LifecycleDelta],
     ) -> list[LifecycleDelta]:
-        """Tasks a later user turn ended whose units are all evictable (after `deltas`)."""
+        """Tasks with work that a later user turn ended whose units are all evictable
+        (after `deltas`); tool-less exchanges are conversation and stay."""
         unit_state = {u.id: u.state for u in registry.units()}
         unit_state.update({d.segment_id: d.to_state for d in deltas})
         out: list[LifecycleDelta] = []
@@ -170,6 +173,7 @@ class RuleEstimator:
                 task_state.get(task.id) is not _COMPLETED
                 or task.ended_at_call is None
                 or task.id == registry.current_task
+                or not registry.has_work(task)
             ):
                 continue
             units = [k for k in task.keys if f"unit:{k}" in unit_state]

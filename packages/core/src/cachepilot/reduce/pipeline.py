@@ -11,6 +11,7 @@ from typing import Any
 
 from cachepilot.redact import redact
 from cachepilot.reduce.config import STUB_OVERHEAD, ReduceConfig
+from cachepilot.reduce.handles import HANDLED_SLACK, host_handles, with_handles
 from cachepilot.reduce.memory import IngestMemory, call_signature, coerce_args, source_key
 from cachepilot.reduce.normalize import ResultKind, ToolResult, normalize_output
 from cachepilot.reduce.passes import PASSES, PassContext, ReductionPass
@@ -258,11 +259,17 @@ class Pipeline:
         text = initial
         too_big: list[ReductionPass] = []
         max_scan = self.config.max_scan_chars
+        # The host's own handles on the full output stay in view (DESIGN §2.7); its own
+        # capped preview, a few characters over the limit, is not reduced again.
+        handles = host_handles(ctx.result.text)
+        capped = bool(handles) and len(initial) <= ctx.profile.limit * (1 + HANDLED_SLACK)
         for step in self.passes:
             if compressed is not None and step.name in _AFTER_COMPRESS:
                 text = self._apply_compressed(compressed, text, ctx, steps)
                 compressed = None
-            if not self._eligible(step, ctx):
+            if not self._eligible(step, ctx) or (
+                capped and not step.lossless and not step.mandatory
+            ):
                 continue
             if step.scans and len(text) > max_scan:
                 too_big.append(step)
@@ -275,6 +282,8 @@ class Pipeline:
                     text = self._apply_one(step, text, initial, ctx, steps)
         if compressed is not None:
             text = self._apply_compressed(compressed, text, ctx, steps)
+        if handles and any(not s.lossless for s in steps):
+            text = with_handles(text, handles, before=len(ctx.result.text), ref=ctx.shown_ref)
         return text
 
     @staticmethod
