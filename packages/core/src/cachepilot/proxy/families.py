@@ -95,6 +95,12 @@ class _History:
             end -= 1  # a trailing reminder is not history
         self.messages = messages[:end]
         self.chains = [""]
+        # The first assistant message with tool calls: their ids were made by the upstream
+        # for this conversation, so a history holding them is this conversation's.
+        self.first_call = next(
+            (i for i, m in enumerate(self.messages) if m.role == "assistant" and m.tool_calls),
+            None,
+        )
         for message in self.messages:
             step = f"{self.chains[-1]}:{message_digest(message)}".encode()
             self.chains.append(hashlib.sha256(step).hexdigest()[:32])
@@ -110,7 +116,11 @@ class _History:
         """Whether this history starts with the one `mark` records (and, when the reply the
         client was given is known, goes on with it). `grows`: it must add messages (a
         request as long as the mark is a retry, told apart from another conversation that
-        starts alike only by an equal system prompt)."""
+        starts alike only by an equal system prompt), unless the chained part of the mark
+        holds a tool call (ids the upstream made for this conversation): a retry whose
+        system prompt moved meanwhile stays in its conversation."""
+        if mark is not None and grows and self.first_call is not None:
+            grows = self.first_call >= mark.length - 1
         if mark is None or mark.length > len(self.messages) - grows:
             return False
         if self.chains[mark.length - 1] != mark.chain:
