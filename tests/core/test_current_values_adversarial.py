@@ -140,3 +140,19 @@ def test_a_coarse_clock_config_still_notes_a_new_day() -> None:
         system = f"You plan the day.\nToday is {day}.\n"
         request = canon.apply(system, history, [], state)
         assert model_reads(*request[:2], config=config)[0] == system, f"call {i}"
+
+
+def test_one_value_in_the_system_prompt_and_a_tool_description_is_current_in_both() -> None:
+    canon, state = Canonicalizer(EXACT), CanonicalState()
+    history = START
+    previous = None
+    for i, branch in enumerate(["PAY-1423", "PAY-1424", "PAY-1425", "PAY-1423"]):
+        history = grow(history, i) if i else history
+        system = f"You push code.\nBranch: feat/{branch}-refund\nBe brief.\n"
+        description = f"Push commits to feat/{branch}-refund only."
+        tools = [{"name": "push", "description": description, "parameters": {}}]
+        request = canon.apply(system, history, tools, state)
+        assert model_reads(*request) == (system, [description]), f"call {i}"
+        if i >= 2 and previous is not None:
+            assert extends(previous, request), f"call {i}: the prefix broke"
+        previous = request

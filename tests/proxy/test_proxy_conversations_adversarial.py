@@ -228,3 +228,40 @@ def test_notes_on_marked_anthropic_messages_keep_four_marks_and_the_current_valu
         assert shown == str(budget), (budget, text[-600:])
     # The second call learns the span (the client's own prompt changed): append-only after.
     assert all(r.prefix_extends for r in records[2:])
+
+
+def test_a_recall_splice_reads_the_current_value() -> None:
+    """The model calls `recall` on a request whose budget moved: the proxy answers the call
+    itself and sends the continuation upstream; that request reads the current budget and
+    extends the one before it."""
+    sync = ToolCall("call_0", "bash", json.dumps({"command": "./sync-ledger"}))
+    look = ToolCall("call_1", "recall", json.dumps({"ref": make_ref(ALICE_SECRET)}))
+    script = ReplayScript(
+        [
+            ReplayTurn(Message("assistant", "Syncing.", tool_calls=(sync,))),
+            ReplayTurn(Message("assistant", "Let me look.", tool_calls=(look,))),
+            ReplayTurn(Message("assistant", "The IBAN is there.")),
+        ]
+    )
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Sync the ledger."}]
+    with ReplayProvider(script) as upstream, running_proxy(upstream.base_url) as proxy:
+        api = client(proxy.base_url)
+        for i, budget in enumerate([1200, 1150]):
+            if i:
+                history = [
+                    *history,
+                    _call(sync, "Syncing."),
+                    {"role": "tool", "tool_call_id": sync.id, "content": ALICE_SECRET},
+                ]
+            reply = api.chat.completions.create(
+                model="m",
+                messages=[{"role": "system", "content": _budget_system(budget)}, *history],  # type: ignore[list-item]
+                tools=[BASH],  # type: ignore[list-item]
+            )
+        records = upstream.records
+    assert reply.choices[0].message.content == "The IBAN is there."
+    assert len(records) == 3  # the recall answered by the proxy, its continuation sent
+    assert [_last_budget(r.body) for r in records] == ["1200", "1150", "1150"]
+    spliced = records[2].body["messages"]
+    assert spliced[: len(records[1].body["messages"])] == records[1].body["messages"]
+    assert "IBAN DE44500105175407324931" in body_text(records[2].body)
