@@ -28,10 +28,7 @@ from cachepilot_bench.replay import ReplayProvider, ReplayScript, ReplayTurn
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-SHARED = (
-    "You are the team's coding assistant.\n"
-    "Read files before you answer; keep answers short.\n"
-)
+SHARED = "You are the team's coding assistant.\nRead files before you answer; keep answers short.\n"
 
 
 def _call(call: ToolCall, content: str = "Reading it.") -> dict[str, Any]:
