@@ -156,3 +156,49 @@ def test_one_value_in_the_system_prompt_and_a_tool_description_is_current_in_bot
         if i >= 2 and previous is not None:
             assert extends(previous, request), f"call {i}: the prefix broke"
         previous = request
+
+
+def test_values_stay_current_across_folds_and_prunes() -> None:
+    """History rewritten every other call (folds, pruned results) while the budget moves:
+    a note on a result that is later pruned or folded must not take the value with it."""
+    from cachepilot.config import MaintenanceConfig
+
+    config = Config(
+        canonical=EXACT,
+        maintenance=MaintenanceConfig(
+            schedule="fixed",
+            every=2,
+            protect_tool_tokens=200,
+            protect_results=1,
+            min_prune_tokens=100,
+            min_result_tokens=40,
+            fold_protect_tokens=200,
+            fold_min_tokens=300,
+            fold_summary_tokens=80,
+            fold_finished_tasks=True,
+            context_window=2_000,
+        ),
+    )
+    pilot = CachePilot(config, store=InMemoryArtifactStore())
+    log = "\n".join(f"step {n:04d} {'ok' if n % 7 else 'FAILED'} in {n % 97} ms" for n in range(300))
+    history: list[Any] = list(START)
+    from cachepilot.messages import ToolCall
+
+    for i in range(14):
+        if i:
+            call = ToolCall(f"c{i}", "bash", json.dumps({"command": f"make {i}"}))
+            history = [
+                *history,
+                Message("assistant", f"Step {i}.", tool_calls=(call,)),
+                Message("tool", f"run {i}\n{log}", tool_call_id=f"c{i}", name="bash"),
+            ]
+            if i % 4 == 0:
+                history = [
+                    *history,
+                    Message("assistant", f"Task {i} done."),
+                    Message("user", f"Next task {i}."),
+                ]
+        budget = 1200 - 50 * (i // 3)  # moves every third call, stays in between
+        request = pilot.prepare(budget_prompt(budget), history, [], thread="t-fold")
+        assert model_reads(*request[:2])[0] == budget_prompt(budget), f"call {i}"
+    assert pilot.state("t-fold").plan.epochs  # history was rewritten

@@ -262,3 +262,47 @@ def test_a_recall_splice_reads_the_current_value() -> None:
     spliced = records[2].body["messages"]
     assert spliced[: len(records[1].body["messages"])] == records[1].body["messages"]
     assert "IBAN DE44500105175407324931" in body_text(records[2].body)
+
+
+def test_an_edited_last_user_message_keeps_its_conversations_refs() -> None:
+    """The user edits the question they just sent (a chat UI's "edit and resend"): the
+    earlier archived output of that same conversation is still recallable."""
+    sync = ToolCall("call_0", "bash", json.dumps({"command": "./sync-ledger"}))
+    look = ToolCall("call_1", "recall", json.dumps({"ref": make_ref(ALICE_SECRET)}))
+    script = ReplayScript(
+        [
+            ReplayTurn(Message("assistant", "Syncing.", tool_calls=(sync,))),
+            ReplayTurn(Message("assistant", "Synced.")),
+            ReplayTurn(Message("assistant", "Checking.")),
+            ReplayTurn(Message("assistant", "Let me look.", tool_calls=(look,))),
+            ReplayTurn(Message("assistant", "Found it.")),
+        ]
+    )
+    system = {"role": "system", "content": SHARED}
+    done: list[dict[str, Any]] = [
+        {"role": "user", "content": "Sync the ledger."},
+        _call(sync, "Syncing."),
+        {"role": "tool", "tool_call_id": sync.id, "content": ALICE_SECRET},
+        {"role": "assistant", "content": "Synced."},
+    ]
+    with ReplayProvider(script) as upstream, running_proxy(upstream.base_url) as proxy:
+        api = client(proxy.base_url)
+        requests = [
+            done[:1],
+            done[:3],
+            [*done, {"role": "user", "content": "Whats the IBNA?"}],
+            [*done, {"role": "user", "content": "What is the IBAN?"}],  # edited
+        ]
+        for messages in requests:
+            api.chat.completions.create(
+                model="m",
+                messages=[system, *messages],  # type: ignore[list-item]
+                tools=[BASH],  # type: ignore[list-item]
+            )
+        records = upstream.records
+        names = proxy.engine.threads.names()
+    assert len(records) == 5
+    answer = records[4].body["messages"][-1]
+    assert answer["role"] == "tool" and "00000 syncing ledger_0 ... ok" in answer["content"]
+    # Everything before the edited message is sent as before (its cache stays warm).
+    assert records[3].body["messages"][:-1] == records[2].body["messages"][:-1], names
