@@ -306,3 +306,35 @@ def test_an_edited_last_user_message_keeps_its_conversations_refs() -> None:
     assert answer["role"] == "tool" and "00000 syncing ledger_0 ... ok" in answer["content"]
     # Everything before the edited message is sent as before (its cache stays warm).
     assert records[3].body["messages"][:-1] == records[2].body["messages"][:-1], names
+
+
+def test_seeded_identical_histories_of_two_users_stay_apart() -> None:
+    """Two users whose system prompts differ in an id-like span send the same first request,
+    seeded with an example tool exchange (fixed ids): two conversations, bob's request
+    carries nothing of alice's."""
+    seed = ToolCall("call_example", "read_file", json.dumps({"path": "README.md"}))
+    script = ReplayScript(
+        [
+            ReplayTurn(Message("assistant", "Hello alice.")),
+            ReplayTurn(Message("assistant", "Hello bob.")),
+        ]
+    )
+    seeded: list[dict[str, Any]] = [
+        {"role": "user", "content": "Show me the README."},
+        _call(seed),
+        {"role": "tool", "tool_call_id": seed.id, "content": "# Payments\nRun make."},
+        {"role": "user", "content": "Please check the project."},
+    ]
+    with ReplayProvider(script) as upstream, running_proxy(upstream.base_url) as proxy:
+        api = client(proxy.base_url)
+        for user in ("alice-7731", "bob-2209"):
+            system = f"You are the team's coding assistant.\nUser: {user}\nBe brief.\n"
+            api.chat.completions.create(
+                model="m",
+                messages=[{"role": "system", "content": system}, *seeded],  # type: ignore[list-item]
+                tools=[READ],  # type: ignore[list-item]
+            )
+        records = upstream.records
+        names = proxy.engine.threads.names()
+    assert len(names) == 2
+    assert "alice-7731" not in body_text(records[1].body)
