@@ -14,7 +14,8 @@ from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.canonical import CanonicalConfig, Canonicalizer, CanonicalState
 from cachepilot.canonical.notes import MAX_NOTES
-from cachepilot.messages import Message
+from cachepilot.config import MaintenanceConfig
+from cachepilot.messages import Message, ToolCall
 
 
 def two_values(budget: int, branch: str) -> str:
@@ -115,8 +116,6 @@ def test_prepare_keeps_values_current_with_duplicate_and_large_tool_outputs() ->
     pilot = CachePilot(Config(canonical=EXACT), store=InMemoryArtifactStore())
     big = "\n".join(f"2026-11-28 line {n} INFO worker ok payload={n * 7}" for n in range(3000))
     history: list[Any] = list(START)
-    from cachepilot.messages import ToolCall
-
     for i in range(10):
         if i:
             call = ToolCall(f"c{i}", "bash", json.dumps({"command": "cat big.log"}))
@@ -161,8 +160,6 @@ def test_one_value_in_the_system_prompt_and_a_tool_description_is_current_in_bot
 def test_values_stay_current_across_folds_and_prunes() -> None:
     """History rewritten every other call (folds, pruned results) while the budget moves:
     a note on a result that is later pruned or folded must not take the value with it."""
-    from cachepilot.config import MaintenanceConfig
-
     config = Config(
         canonical=EXACT,
         maintenance=MaintenanceConfig(
@@ -180,10 +177,8 @@ def test_values_stay_current_across_folds_and_prunes() -> None:
         ),
     )
     pilot = CachePilot(config, store=InMemoryArtifactStore())
-    log = "\n".join(f"step {n:04d} {'ok' if n % 7 else 'FAILED'} in {n % 97} ms" for n in range(300))
+    log = "\n".join(f"step {n:04d} {'ok' if n % 7 else 'FAILED'} in {n} ms" for n in range(300))
     history: list[Any] = list(START)
-    from cachepilot.messages import ToolCall
-
     for i in range(14):
         if i:
             call = ToolCall(f"c{i}", "bash", json.dumps({"command": f"make {i}"}))
