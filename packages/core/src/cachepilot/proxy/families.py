@@ -69,6 +69,7 @@ class _Mark:
     role: str  # the last message's role
     last: str  # the head of the last message's text
     reply: str | None = None  # `_signature` of the reply the client was given, when known
+    served: bool = False  # the history holds a reply the proxy served in this thread
 
 
 @dataclass(slots=True)
@@ -110,7 +111,11 @@ class _History:
         """Whether this history starts with the one `mark` records (and, when the reply the
         client was given is known, goes on with it). `grows`: it must add messages (a
         request as long as the mark is a retry, told apart from another conversation that
-        starts alike only by an equal system prompt)."""
+        starts alike only by an equal system prompt), unless the mark's history holds a
+        reply the proxy served in that thread (seeded messages, however alike, do not): a
+        retry whose system prompt moved meanwhile stays in its conversation."""
+        if mark is not None and mark.served:
+            grows = False
         if mark is None or mark.length > len(self.messages) - grows:
             return False
         if self.chains[mark.length - 1] != mark.chain:
@@ -124,6 +129,19 @@ class _History:
         if mark.reply is None or len(self.messages) == mark.length:
             return True
         return _signature(self.messages[mark.length]) == mark.reply
+
+    def served(self, mark: _Mark | None) -> bool:
+        """Whether this history (which continues `mark`) holds a reply the proxy served:
+        the one recorded on `mark`, or one its own history held."""
+        if mark is None:
+            return False
+        if mark.served:
+            return True
+        return (
+            mark.reply is not None
+            and len(self.messages) > mark.length
+            and _signature(self.messages[mark.length]) == mark.reply
+        )
 
     def name(self, base: str) -> str:
         """A member name of its own for a new conversation under `base`."""
@@ -182,6 +200,8 @@ class Families:
                 members.remove(chosen)
                 members.insert(0, chosen)
             mark = history.mark()
+            if mark is not None and history.served(chosen.mark):
+                mark = dataclasses.replace(mark, served=True)
             changed = chosen.system != thread.system or chosen.mark != mark
             chosen.system, chosen.mark = thread.system, mark
             if changed:
