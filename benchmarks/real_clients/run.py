@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import logging
 import shutil
@@ -39,18 +40,32 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from clients import (  # noqa: E402
+from aider_client import (  # noqa: E402
+    EDITS,
+    AiderModel,
+    applied_edits,
+    is_edit_request,
+    request_date,
+)
+from client_base import Client, ClientRun  # noqa: E402
+from clients import CLIENTS  # noqa: E402
+from install import (  # noqa: E402
     CLAUDE_CODE,
-    CLIENTS,
     CODEX,
     MINI_SWE_AGENT,
-    Client,
-    ClientRun,
     InstallError,
     RegistryUnreachableError,
 )
 from scripted import PLANS, ScriptedModel  # noqa: E402
-from task import EDIT_NEW, FINAL_ANSWER, MODULE_PATH, STEPS, make_repo, snapshot  # noqa: E402
+from task import (  # noqa: E402
+    EDIT_NEW,
+    FINAL_ANSWER,
+    MODULE_PATH,
+    STEPS,
+    git_init,
+    make_repo,
+    snapshot,
+)
 
 from cachepilot_bench.provider_rules import ProviderRules  # noqa: E402
 from cachepilot_bench.replay import ReplayProvider, ReplayRecord, ReplayScript  # noqa: E402
@@ -97,6 +112,10 @@ class Outcome:
     proxy_recalls: int = 0
     """Recalls the proxy answered itself (its /metrics)."""
     proxy_log: str = ""
+    dates: list[str | None] = field(default_factory=list)
+    """aider: the date each of its edit requests carried."""
+    restarts: int = 0
+    """Times the proxy was restarted during the run."""
 
     @property
     def input_tokens(self) -> int:
@@ -135,48 +154,90 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@contextlib.contextmanager
-def running_proxy(upstream: str, profile: str, folder: Path) -> Iterator[str]:
-    """`cachepilot proxy` as a subprocess on a free loopback port; yields its root URL."""
-    port = _free_port()
-    log = (folder / "proxy.log").open("w")
-    command = [
-        sys.executable,
-        "-m",
-        "cachepilot.cli",
-        "proxy",
-        "--upstream",
-        upstream,
-        "--port",
-        str(port),
-        "--provider",
-        profile,
-        "--store",
-        str(folder / "proxy.sqlite"),
-    ]
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    root = f"http://127.0.0.1:{port}"
-    try:
+class ProxyProcess:
+    """`cachepilot proxy` as a subprocess on a loopback port, restartable in place (same port,
+    same store: what a user's restart does)."""
+
+    def __init__(self, upstream: str, profile: str, folder: Path) -> None:
+        self.port = _free_port()
+        self.root = f"http://127.0.0.1:{self.port}"
+        self.restarts = 0
+        self._folder = folder
+        self._command = [
+            sys.executable,
+            "-m",
+            "cachepilot.cli",
+            "proxy",
+            "--upstream",
+            upstream,
+            "--port",
+            str(self.port),
+            "--provider",
+            profile,
+            "--store",
+            str(folder / "proxy.sqlite"),
+        ]
+        self._process: subprocess.Popen[bytes] | None = None
+        self._totals: dict[str, float] = {}
+        """Metrics of the processes stopped so far (a restart starts the counters anew)."""
+
+    def start(self) -> None:
+        log = (self._folder / "proxy.log").open("a")
+        self._process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"{root}/healthz", timeout=2):
-                    break
+                with urllib.request.urlopen(f"{self.root}/healthz", timeout=2):
+                    return
             except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"the proxy did not start: {(folder / 'proxy.log').read_text()[-2000:]}"
-                    ) from None
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the proxy did not start: {self.log()[-2000:]}") from None
                 time.sleep(0.2)
-        yield root
-    finally:
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(OSError):
+            for name, value in _metrics(self.root).items():
+                self._totals[name] = self._totals.get(name, 0.0) + value
         process.terminate()
         try:
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        log.close()
+
+    def restart(self) -> None:
+        """Stop the proxy and start it again on the same port and store."""
+        self.stop()
+        self.restarts += 1
+        self.start()
+
+    def metrics(self) -> dict[str, float]:
+        """Totals of `/metrics` over every process so far (the running one included)."""
+        totals = dict(self._totals)
+        if self._process is not None:
+            with contextlib.suppress(OSError):
+                for name, value in _metrics(self.root).items():
+                    totals[name] = totals.get(name, 0.0) + value
+        return totals
+
+    def log(self) -> str:
+        path = self._folder / "proxy.log"
+        return path.read_text() if path.is_file() else ""
+
+
+@contextlib.contextmanager
+def running_proxy(upstream: str, profile: str, folder: Path) -> Iterator[ProxyProcess]:
+    """A started `ProxyProcess`, stopped on exit."""
+    proxy = ProxyProcess(upstream, profile, folder)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
 
 
 def _metrics(root: str) -> dict[str, float]:
@@ -227,18 +288,25 @@ def _head_and_items(api: str, body: Mapping[str, Any]) -> tuple[str, list[Any]]:
 
 
 def mark_places(body: Mapping[str, Any]) -> frozenset[tuple[str, int, int]]:
-    """Where a Messages body carries marks: (`tools` / `system`, index, 0) per marked tool or
-    system block, (`messages`, n, k) for block k from the end of message n from the end (so
+    """Where a Messages body carries marks: (`tools/<name>`, 0, 0) per marked tool, (`system`,
+    index, 0) per marked system block, (`messages`, n, k) for block k from the end of message n from the end (so
     places stay comparable when the proxy splices a recall exchange in earlier)."""
     out: set[tuple[str, int, int]] = set()
-    for part in ("tools", "system"):
-        blocks = body.get(part)
-        if isinstance(blocks, list):
-            out.update(
-                (part, i, 0)
-                for i, b in enumerate(blocks)
-                if isinstance(b, Mapping) and b.get("cache_control")
-            )
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        # By name: the proxy sorts the tools (README), so an index would move.
+        out.update(
+            (f"tools/{t.get('name')}", 0, 0)
+            for t in tools
+            if isinstance(t, Mapping) and t.get("cache_control")
+        )
+    blocks = body.get("system")
+    if isinstance(blocks, list):
+        out.update(
+            ("system", i, 0)
+            for i, b in enumerate(blocks)
+            if isinstance(b, Mapping) and b.get("cache_control")
+        )
     messages = body.get("messages") or []
     for n, message in enumerate(reversed(messages)):
         content = message.get("content") if isinstance(message, Mapping) else None
@@ -263,12 +331,35 @@ def client_requests(thread: list[ReplayRecord]) -> list[ReplayRecord]:
     return out
 
 
+def chained_bodies(records: list[ReplayRecord]) -> list[Mapping[str, Any]]:
+    """Each record's body as the model saw it: a Responses body that names a
+    `previous_response_id` gets that response's input and output items in front of its own
+    (the stateful mode sends only the new items); other bodies as sent."""
+    seen: dict[str, list[Any]] = {}
+    out: list[Mapping[str, Any]] = []
+    for record in records:
+        body = record.body
+        previous = body.get("previous_response_id") if record.api == "responses" else None
+        if isinstance(previous, str) and previous in seen:
+            raw = body.get("input")
+            own = raw if isinstance(raw, list) else [{"role": "user", "content": raw}]
+            items = [*seen[previous], *own]
+            body = {k: v for k, v in body.items() if k != "previous_response_id"} | {"input": items}
+        if record.api == "responses" and record.response_id:
+            raw = body.get("input")
+            items = raw if isinstance(raw, list) else [{"role": "user", "content": raw}]
+            seen[record.response_id] = [*items, *(record.response or {}).get("output", [])]
+        out.append(body)
+    return out
+
+
 def prefix_breaks(api: str, thread: list[ReplayRecord]) -> list[int]:
     """Indexes where a request does not start with the previous one's items (marks aside)."""
     out: list[int] = []
+    bodies = chained_bodies(thread)
     for k in range(1, len(thread)):
-        head_a, items_a = _head_and_items(api, thread[k - 1].body)
-        head_b, items_b = _head_and_items(api, thread[k].body)
+        head_a, items_a = _head_and_items(api, bodies[k - 1])
+        head_b, items_b = _head_and_items(api, bodies[k])
         if head_a != head_b or items_b[: len(items_a)] != items_a:
             out.append(k)
     return out
@@ -312,32 +403,40 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
     folder = cache / "runs" / client.name / mode
     shutil.rmtree(folder, ignore_errors=True)
     repo = make_repo(folder / "repo")
-    plan = PLANS[client.plan]
-    model = ScriptedModel(plan, str(repo))
+    git_init(repo)
+    plan = PLANS.get(client.plan)
+    model: ScriptedModel | AiderModel = (
+        AiderModel() if plan is None else ScriptedModel(plan, str(repo))
+    )
     rules = ProviderRules()
     profile = client.profile or PROFILES[client.api]
     provider = ReplayProvider(ReplayScript([]), profile, responder=model, rules=rules)
     metrics: dict[str, float] = {}
     proxy_log = ""
+    restarts = 0
     with provider:
         upstream = provider.base_url.removesuffix("/v1")
         if mode == "proxied":
-            with running_proxy(upstream, profile, folder) as root:
-                run = client.run(cache, root, repo, folder / "home")
-                metrics = _metrics(root)
-            proxy_log = (folder / "proxy.log").read_text()
+            with running_proxy(upstream, profile, folder) as proxy:
+                run = client.run(cache, proxy.root, repo, folder / "home", proxy.restart)
+                metrics = proxy.metrics()
+            proxy_log, restarts = proxy.log(), proxy.restarts
         else:
-            run = client.run(cache, upstream, repo, folder / "home")
+            run = client.run(cache, upstream, repo, folder / "home", lambda: None)
     records = provider.records
     requests = cache / "requests"
     requests.mkdir(parents=True, exist_ok=True)
     provider.write_log(requests / f"{client.name}-{mode}.jsonl")
-    thread = [r for r in records if plan.tools <= _tool_names(r.body)]
+    if plan is None:  # aider: its edit turns (no tools; the commit messages are side calls)
+        thread = [r for r in records if is_edit_request(r.body)]
+    else:
+        thread = [r for r in records if plan.tools <= _tool_names(r.body)]
     if thread:
         first = json.dumps(thread[0].body, indent=1)
         (requests / f"{client.name}-{mode}-first.json").write_text(first)
     maintenance = int(metrics.get("cachepilot_proxy_maintenance_epochs_total", 0))
     module = repo / MODULE_PATH
+    text = module.read_text(encoding="utf-8")
     return Outcome(
         client=client.name,
         mode=mode,
@@ -345,16 +444,20 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
         records=records,
         refusals=list(rules.refusals),
         files=snapshot(repo),
-        edited=EDIT_NEW in module.read_text(encoding="utf-8"),
-        executed=executed_tools(client.api, thread[-1].body, str(repo)) if thread else [],
+        edited=EDIT_NEW in text if plan is not None else applied_edits(text) == len(EDITS),
+        executed=executed_tools(client.api, chained_bodies(thread)[-1], str(repo))
+        if thread
+        else [],
         breaks=prefix_breaks(client.api, thread),
         marks=[mark_places(r.body) for r in client_requests(thread)]
         if client.api == "anthropic"
         else [],
         maintenance=maintenance,
-        recalls=model.recalls,
+        recalls=model.recalls if isinstance(model, ScriptedModel) else 0,
         proxy_recalls=int(metrics.get("cachepilot_proxy_recalls_total", 0)),
         proxy_log=proxy_log,
+        dates=[request_date(r.body) for r in thread],
+        restarts=restarts,
     )
 
 
@@ -362,21 +465,25 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
     """The checks of one client's two runs."""
     verdict = Verdict(client, straight, proxied)
     fail = verdict.failures.append
+    if client.task == "aider":
+        _judge_aider(verdict)
     for outcome in (straight, proxied):
         tag = outcome.mode
         if outcome.run.returncode != 0:
             fail(f"{tag}: exit status {outcome.run.returncode}: {outcome.run.log[-800:]}")
-        if outcome.refusals:
-            fail(
-                f"{tag}: the upstream refused {len(outcome.refusals)} request(s): "
-                f"{outcome.refusals[0]}"
-            )
+        refused = [r for r in outcome.refusals if r not in client.probes]
+        if refused:
+            fail(f"{tag}: the upstream refused {len(refused)} request(s): {refused[0]}")
+        if client.task == "aider":
+            continue
         if outcome.run.answer.strip() != FINAL_ANSWER:
             fail(f"{tag}: final answer {outcome.run.answer[:200]!r}")
         if not outcome.edited:
             fail(f"{tag}: {MODULE_PATH} was not edited")
         if len(outcome.executed) < len(STEPS):
             fail(f"{tag}: {len(outcome.executed)} of {len(STEPS)} task steps reached the upstream")
+    if sorted(proxied.refusals) != sorted(straight.refusals):
+        fail(f"refusals differ: {straight.refusals} straight, {proxied.refusals} proxied")
     if straight.executed != proxied.executed:
         fail(f"different tools executed: {straight.executed} vs {proxied.executed}")
     if straight.files != proxied.files:
@@ -406,6 +513,33 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
             f"points, {len(straight.breaks)} breaks straight)"
         )
     return verdict
+
+
+def _two_days(dates: list[str | None]) -> bool:
+    """`dates` is one day's date, then (at least once, to the end) the next day's."""
+    if not dates or dates[0] is None:
+        return False
+    first = datetime.date.fromisoformat(dates[0])
+    later = (first + datetime.timedelta(days=1)).isoformat()
+    split = next((k for k, d in enumerate(dates) if d != dates[0]), len(dates))
+    return 0 < split < len(dates) and all(d == later for d in dates[split:])
+
+
+def _judge_aider(verdict: Verdict) -> None:
+    """aider's own checks: every edit applied in both runs, each session's requests carry
+    that session's date, and the proxy was restarted once."""
+    fail = verdict.failures.append
+    for outcome in (verdict.straight, verdict.proxied):
+        tag = outcome.mode
+        if outcome.run.answer != f"{len(EDITS)} of {len(EDITS)} edits applied":
+            fail(f"{tag}: {outcome.run.answer or 'no edit applied'}")
+        if not _two_days(outcome.dates):
+            fail(
+                f"{tag}: the edit requests carried the dates {outcome.dates}: not one date in "
+                "the first session and the next day's in the second"
+            )
+    if verdict.proxied.restarts != 1:
+        fail(f"the proxy was restarted {verdict.proxied.restarts} times, not once")
 
 
 def _row(v: Verdict) -> list[str]:

@@ -68,6 +68,11 @@ _COMMANDS = {
 }
 
 
+LARGE_LOG_COMMAND = f"tail -c 120000 {LOG_PATH}"
+"""The log step where a client sends up to 128,000 characters inline (the error is in the last
+120,000 characters)."""
+
+
 def _claude_code(step: str, root: str) -> tuple[str, dict[str, Any]]:
     module = f"{root}/{MODULE_PATH}"
     if step == "read":
@@ -82,6 +87,12 @@ def _claude_code(step: str, root: str) -> tuple[str, dict[str, Any]]:
     if step == "edit":
         return "Edit", {"file_path": module, "old_string": EDIT_OLD, "new_string": EDIT_NEW}
     return "Bash", {"command": _COMMANDS[step], "description": f"Task step: {step}"}
+
+
+def _claude_code_large(step: str, root: str) -> tuple[str, dict[str, Any]]:
+    if step == "log":
+        return "Bash", {"command": LARGE_LOG_COMMAND, "description": "Task step: log"}
+    return _claude_code(step, root)
 
 
 def _codex(step: str, _root: str) -> tuple[str, dict[str, Any]]:
@@ -114,8 +125,11 @@ def _submit(_root: str) -> tuple[str, dict[str, Any]]:
 
 PLANS: dict[str, Plan] = {
     "claude-code": Plan("toolu", frozenset({"Bash", "Read", "Edit", "Grep"}), _claude_code),
-    "claude-code-parallel": Plan(
-        "toolu", frozenset({"Bash", "Read", "Edit", "Grep"}), _claude_code, recall_next=True
+    "claude-code-large": Plan(
+        "toolu", frozenset({"Bash", "Read", "Edit", "Grep"}), _claude_code_large
+    ),
+    "claude-code-large-parallel": Plan(
+        "toolu", frozenset({"Bash", "Read", "Edit", "Grep"}), _claude_code_large, recall_next=True
     ),
     "codex": Plan("call", frozenset({"exec_command"}), _codex, reasoning=True),
     "codex-parallel": Plan(

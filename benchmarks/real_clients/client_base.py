@@ -1,0 +1,65 @@
+"""What every runner shares: the client's description, what a run did, a quiet environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["TIMEOUT", "Client", "ClientRun", "Restart", "quiet_env", "tail"]
+
+TIMEOUT = 240
+
+Restart = Callable[[], None]
+"""Restarts the proxy in place (same port and store; a no-op in the straight run)."""
+
+
+@dataclass(slots=True)
+class ClientRun:
+    """What one client run did."""
+
+    returncode: int
+    answer: str
+    executed: list[tuple[str, str]] = field(default_factory=list)
+    """Tool calls the client reported running (the in-process loops only)."""
+    log: str = ""
+    """Tail of the client's output, for failure messages."""
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """One real client."""
+
+    name: str
+    api: str
+    """`anthropic`, `chat` or `responses`: the wire format it speaks."""
+    plan: str
+    """Key of its tool plan in `scripted.PLANS`."""
+    needs: str
+    """`npm`, `pypi` (its own venv) or `project` (the project's environment)."""
+    run: Callable[[Path, str, Path, Path, Restart], ClientRun]
+    """`(cache, base root URL, repo, home, restart) -> ClientRun`."""
+    profile: str | None = None
+    """Provider cache profile of the upstream and the proxy (None: the API's default)."""
+    task: str = "fix"
+    """What the client does and how it is judged: `fix` (the tool task of `task.py`),
+    `aider` (the four edit turns of `aider_client.py`, a proxy restart, a second session)."""
+    probes: tuple[str, ...] = ()
+    """Refusals the client provokes on purpose and recovers from (the same in both runs):
+    Claude Code 2.1 first sends its environment notes as a `system` message and, refused
+    with the provider's wording, resends them in the user turn."""
+    full: bool = False
+    """Only with `--full` (the heaviest variants; CI runs a representative set)."""
+
+
+def tail(text: str, limit: int = 3000) -> str:
+    return text[-limit:]
+
+
+def quiet_env(home: Path) -> dict[str, str]:
+    home.mkdir(parents=True, exist_ok=True)
+    keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "SYSTEMROOT")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), NO_COLOR="1")
+    return env
