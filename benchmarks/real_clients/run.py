@@ -289,8 +289,9 @@ def _head_and_items(api: str, body: Mapping[str, Any]) -> tuple[str, list[Any]]:
 
 def mark_places(body: Mapping[str, Any]) -> frozenset[tuple[str, int, int]]:
     """Where a Messages body carries marks: (`tools/<name>`, 0, 0) per marked tool, (`system`,
-    index, 0) per marked system block, (`messages`, n, k) for block k from the end of message n from the end (so
-    places stay comparable when the proxy splices a recall exchange in earlier)."""
+    index, 0) per marked system block, (`messages`, n, k) for block k from the end of message n
+    from the end (so places stay comparable when the proxy splices a recall exchange in
+    earlier)."""
     out: set[tuple[str, int, int]] = set()
     tools = body.get("tools")
     if isinstance(tools, list):
