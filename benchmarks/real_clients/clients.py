@@ -18,6 +18,7 @@ import agent_loop
 from aider_client import aider
 from client_base import TIMEOUT, Client, ClientRun, Restart, quiet_env, tail
 from install import install_npm, install_venv
+from opencode_client import PROVIDERS, opencode
 from pydantic_ai_client import SETUPS, pydantic_ai
 from task import PROMPT
 
@@ -275,6 +276,16 @@ CLIENTS: dict[str, Client] = {
                 full=setup == "responses",
             )
             for setup in SETUPS
+        ),
+        *(
+            Client(
+                f"opencode-{provider}",
+                "anthropic" if provider == "anthropic" else "chat",
+                "opencode" if provider == "anthropic" else "opencode-patch",
+                "npm",
+                opencode(provider),
+            )
+            for provider in PROVIDERS
         ),
         Client("aider-openai", "chat", "aider", "pypi", aider("openai"), task="aider"),
         Client(

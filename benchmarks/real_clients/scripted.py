@@ -95,6 +95,28 @@ def _claude_code_large(step: str, root: str) -> tuple[str, dict[str, Any]]:
     return _claude_code(step, root)
 
 
+def _opencode(step: str, root: str) -> tuple[str, dict[str, Any]]:
+    module = f"{root}/{MODULE_PATH}"
+    if step == "read":
+        return "read", {"filePath": module}
+    if step == "grep":
+        return "grep", {"pattern": "REQUEST_TIMEOUT", "path": f"{root}/src"}
+    if step == "edit":
+        return "edit", {"filePath": module, "oldString": EDIT_OLD, "newString": EDIT_NEW}
+    return "bash", {"command": _COMMANDS[step], "description": f"Task step: {step}"}
+
+
+def _opencode_patch(step: str, root: str) -> tuple[str, dict[str, Any]]:
+    """OpenCode offers GPT models `apply_patch` instead of `edit`."""
+    if step == "edit":
+        patch = (
+            f"*** Begin Patch\n*** Update File: {MODULE_PATH}\n@@\n-{EDIT_OLD}\n+{EDIT_NEW}\n"
+            "*** End Patch"
+        )
+        return "apply_patch", {"patchText": patch}
+    return _opencode(step, root)
+
+
 def _codex(step: str, _root: str) -> tuple[str, dict[str, Any]]:
     return "exec_command", {"cmd": _COMMANDS[step], "max_output_tokens": 100000}
 
@@ -134,6 +156,10 @@ PLANS: dict[str, Plan] = {
     "codex": Plan("call", frozenset({"exec_command"}), _codex, reasoning=True),
     "codex-parallel": Plan(
         "call", frozenset({"exec_command"}), _codex, reasoning=True, recall_next=True
+    ),
+    "opencode": Plan("toolu", frozenset({"bash", "read", "edit", "grep"}), _opencode),
+    "opencode-patch": Plan(
+        "call", frozenset({"bash", "read", "apply_patch", "grep"}), _opencode_patch
     ),
     "mini-swe-agent": Plan("call", frozenset({"bash"}), _bash, final=_submit),
     "python": Plan("call", frozenset({"list_files", "read_file", "edit_file"}), _python_loop),
