@@ -49,6 +49,9 @@ class Client:
     """Refusals the client provokes on purpose and recovers from (the same in both runs):
     Claude Code 2.1 first sends its environment notes as a `system` message and, refused
     with the provider's wording, resends them in the user turn."""
+    cost_cap: float | None = None
+    """Most the proxied run may cost, as a multiple of the straight run's bill (the clients
+    that cap their own outputs: a short session costs at most 0.5 % more through the proxy)."""
     full: bool = False
     """Only with `--full` (the heaviest variants; CI runs a representative set)."""
 

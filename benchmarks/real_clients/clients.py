@@ -209,6 +209,9 @@ def _in_process(
 
 CLAUDE_CODE_PROBES = ("messages.1.role: Input should be 'user' or 'assistant'",)
 LARGE_BASH = 128_000
+SHORT_COST_CAP = 1.005
+"""A client that caps its own outputs, at its defaults: a short session costs at most 0.5 %
+more through the proxy than straight."""
 """Inline Bash output of the larger-outputs variant (Claude Code's maximum); its plan prints
 the last 120,000 characters of the log, which hold the error, so they reach the model whole."""
 
@@ -222,6 +225,7 @@ CLIENTS: dict[str, Client] = {
             "npm",
             claude_code(None),
             probes=CLAUDE_CODE_PROBES,
+            cost_cap=SHORT_COST_CAP,
         ),
         Client(
             "claude-code-large",
@@ -284,6 +288,7 @@ CLIENTS: dict[str, Client] = {
                 "opencode" if provider == "anthropic" else "opencode-patch",
                 "npm",
                 opencode(provider),
+                cost_cap=SHORT_COST_CAP,
             )
             for provider in PROVIDERS
         ),

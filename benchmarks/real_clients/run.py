@@ -1,8 +1,10 @@
 """Real clients through the proxy: each runs the scripted task straight and through the proxy.
 
-Claude Code (`claude -p`), Codex (`codex exec`), mini-swe-agent (litellm, Chat Completions)
-and a small loop on each official Python client (`openai` Chat Completions and Responses,
-`anthropic` Messages) each run the task of `task.py` twice against a scripted upstream on
+Claude Code (`claude -p`), Codex (`codex exec`), OpenCode (`opencode run`), mini-swe-agent
+(litellm, Chat Completions), pydantic-ai (Chat, Responses with and without
+`previous_response_id`, Anthropic), aider (four edit turns, `aider_client.py`) and a small loop
+on each official Python client (`openai` Chat Completions and Responses, `anthropic` Messages)
+each run the task of `task.py` twice against a scripted upstream on
 127.0.0.1 that enforces the providers' request rules (`cachepilot_bench.provider_rules`):
 once straight, once through `cachepilot proxy` (the real command, as a subprocess). The
 suite checks that both runs executed the same tools, left the same files, gave the same final
@@ -10,10 +12,12 @@ answer, exited 0 with no request refused, and that every upstream request of the
 thread starts with the previous one (marks aside) except at the proxy's maintenance points.
 It prints the input saving and the prefix share per client.
 
-    uv run python benchmarks/real_clients/run.py [--clients codex,...] [--docs PAGE]
+    uv run python benchmarks/real_clients/run.py [--full] [--clients codex,...] [--docs PAGE]
 
-Exit status: 0 all passed, 1 a check failed, 3 the npm registry (or PyPI for mini-swe-agent)
-could not be reached (`--skip-unreachable` turns that into 0 with a message). Clients are
+Without `--clients` it runs the CI set; `--full` adds the heaviest variants (`Client.full`).
+
+Exit status: 0 all passed, 1 a check failed, 3 the npm registry (or PyPI for the Python
+clients) could not be reached (`--skip-unreachable` turns that into 0 with a message). Clients are
 installed into `.cache/real_clients/` (git-ignored); the clients' request bodies are saved
 under `.cache/real_clients/requests/` for inspection.
 """
@@ -67,6 +71,7 @@ from task import (  # noqa: E402
     snapshot,
 )
 
+from cachepilot.sim.profiles import get_profile  # noqa: E402
 from cachepilot_bench.provider_rules import ProviderRules  # noqa: E402
 from cachepilot_bench.replay import ReplayProvider, ReplayRecord, ReplayScript  # noqa: E402
 
@@ -116,6 +121,8 @@ class Outcome:
     """aider: the date each of its edit requests carried."""
     restarts: int = 0
     """Times the proxy was restarted during the run."""
+    profile: str = "anthropic"
+    """The provider cache profile the upstream priced the run with."""
 
     @property
     def input_tokens(self) -> int:
@@ -128,6 +135,13 @@ class Outcome:
     @property
     def body_bytes(self) -> int:
         return sum(len(json.dumps(r.body)) for r in self.records)
+
+    @property
+    def cost_usd(self) -> float:
+        """The run's bill: each request's usage as the upstream reported it (reads, writes,
+        uncached input, output), priced by the profile's rates."""
+        rates = get_profile(self.profile)
+        return sum(rates.cost(r.usage).total_usd for r in self.records)
 
     @property
     def prefix_share(self) -> float:
@@ -185,7 +199,7 @@ class ProxyProcess:
         log = (self._folder / "proxy.log").open("a")
         self._process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a loaded CI machine starts it slowly
         while True:
             try:
                 with urllib.request.urlopen(f"{self.root}/healthz", timeout=2):
@@ -459,6 +473,7 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
         proxy_log=proxy_log,
         dates=[request_date(r.body) for r in thread],
         restarts=restarts,
+        profile=profile,
     )
 
 
@@ -507,6 +522,11 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
         if not own <= seen:
             fail(f"request {k}: the client's marks {sorted(own - seen)} did not reach the upstream")
             break
+    if client.cost_cap is not None and proxied.cost_usd > straight.cost_usd * client.cost_cap:
+        fail(
+            f"the proxied run costs {proxied.cost_usd / straight.cost_usd:.4f}x straight "
+            f"(at most {client.cost_cap}x)"
+        )
     allowed = len(straight.breaks) + proxied.maintenance
     if len(proxied.breaks) > allowed:
         fail(
@@ -553,6 +573,7 @@ def _row(v: Verdict) -> list[str]:
         f"{s.input_tokens:,} / {p.input_tokens:,}",
         f"{1 - ratio:.1%}",
         f"{p.body_bytes / s.body_bytes:.2f}x" if s.body_bytes else "-",
+        f"{p.cost_usd / s.cost_usd:.3f}x" if s.cost_usd else "-",
         f"{s.prefix_share:.1%} / {p.prefix_share:.1%}",
         f"{len(p.breaks)} ({p.maintenance})",
         str(p.recalls),
@@ -567,6 +588,7 @@ HEADER = [
     "input tokens straight / proxied",
     "input saving",
     "bytes proxied/straight",
+    "cost proxied/straight",
     "prefix share straight / proxied",
     "prefix breaks (maintenance)",
     "recalls",
@@ -599,7 +621,15 @@ def write_docs(path: Path, verdicts: list[Verdict], command: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the suite; see the module docstring for the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--clients", default=",".join(CLIENTS), help="comma-separated client names")
+    parser.add_argument(
+        "--clients",
+        help="comma-separated client names (default: the CI set, or every client with --full)",
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="also run the heaviest variants (clients marked full; see docs/real-clients.md)",
+    )
     parser.add_argument(
         "--skip-unreachable",
         action="store_true",
@@ -616,7 +646,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="clients run side by side (default 2)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    names = [n.strip() for n in args.clients.split(",") if n.strip()]
+    default = [n for n, c in CLIENTS.items() if args.full or not c.full]
+    names = [n.strip() for n in (args.clients or ",".join(default)).split(",") if n.strip()]
     unknown = [n for n in names if n not in CLIENTS]
     if unknown:
         parser.error(f"unknown clients {unknown}; known: {', '.join(CLIENTS)}")
@@ -655,7 +686,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.docs and verdicts:
         command = (
             "uv run python benchmarks/real_clients/run.py"
-            + (f" --clients {args.clients}" if args.clients != ",".join(CLIENTS) else "")
+            + (" --full" if args.full else "")
+            + (f" --clients {args.clients}" if args.clients else "")
             + f" --docs {args.docs}"
         )
         write_docs(args.docs, verdicts, command)
