@@ -7,9 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["TIMEOUT", "Client", "ClientRun", "Restart", "quiet_env", "tail"]
+__all__ = ["LONG_TIMEOUT", "TIMEOUT", "Client", "ClientRun", "Restart", "quiet_env", "tail"]
 
 TIMEOUT = 240
+LONG_TIMEOUT = 2400
+"""Seconds a long session may take (64 steps, compactions, a loaded machine)."""
 
 Restart = Callable[[], None]
 """Restarts the proxy in place (same port and store; a no-op in the straight run)."""
@@ -44,7 +46,8 @@ class Client:
     """Provider cache profile of the upstream and the proxy (None: the API's default)."""
     task: str = "fix"
     """What the client does and how it is judged: `fix` (the tool task of `task.py`),
-    `aider` (the four edit turns of `aider_client.py`, a proxy restart, a second session)."""
+    `aider` (the four edit turns of `aider_client.py`, a proxy restart, a second session),
+    `long` (the 64-step session of `long_session.py`, only with `--long`)."""
     probes: tuple[str, ...] = ()
     """Refusals the client provokes on purpose and recovers from (the same in both runs):
     Claude Code 2.1 first sends its environment notes as a `system` message and, refused

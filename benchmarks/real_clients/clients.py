@@ -16,8 +16,9 @@ from pathlib import Path
 
 import agent_loop
 from aider_client import aider
-from client_base import TIMEOUT, Client, ClientRun, Restart, quiet_env, tail
+from client_base import LONG_TIMEOUT, TIMEOUT, Client, ClientRun, Restart, quiet_env, tail
 from install import install_npm, install_venv
+from long_session import LONG_PROMPT
 from opencode_client import PROVIDERS, opencode
 from pydantic_ai_client import SETUPS, pydantic_ai
 from task import PROMPT
@@ -25,19 +26,40 @@ from task import PROMPT
 __all__ = ["CLIENTS", "Client", "ClientRun", "Restart"]
 
 
-def claude_code(bash_max: int | None) -> Callable[[Path, str, Path, Path, Restart], ClientRun]:
+def claude_code(
+    bash_max: int | None, *, long: bool = False
+) -> Callable[[Path, str, Path, Path, Restart], ClientRun]:
     """A runner of `claude -p`; `bash_max` sets how much Bash output it sends inline (None: its
     default, 30,000 characters, past which it saves the output to a file and sends a 2 KB
     preview with the path)."""
 
     def run(cache: Path, root: str, repo: Path, home: Path, _restart: Restart) -> ClientRun:
-        return run_claude_code(cache, root, repo, home, bash_max)
+        if long:  # a 200 K window (its default model has 1 M), so the long session compacts
+            return run_claude_code(
+                cache,
+                root,
+                repo,
+                home,
+                bash_max=bash_max,
+                prompt=LONG_PROMPT,
+                model="claude-sonnet-4-5",
+                timeout=LONG_TIMEOUT,
+            )
+        return run_claude_code(cache, root, repo, home, bash_max=bash_max)
 
     return run
 
 
 def run_claude_code(
-    cache: Path, root: str, repo: Path, home: Path, bash_max: int | None
+    cache: Path,
+    root: str,
+    repo: Path,
+    home: Path,
+    *,
+    bash_max: int | None,
+    prompt: str = PROMPT,
+    model: str | None = None,
+    timeout: int = TIMEOUT,
 ) -> ClientRun:
     """`claude -p` with ANTHROPIC_BASE_URL, a dummy key and nonessential traffic off."""
     bins = install_npm(cache)
@@ -64,19 +86,20 @@ def run_claude_code(
         [
             str(bins / "claude"),
             "-p",
-            PROMPT,
+            prompt,
             "--output-format",
             "json",
             # Root may not skip permissions: allow exactly the task's tools instead.
             "--allowedTools",
             "Bash,Read,Edit,Grep",
+            *(["--model", model] if model else []),
         ],
         cwd=repo,
         env=env,
         check=False,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
+        timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
     answer = ""
@@ -291,6 +314,23 @@ CLIENTS: dict[str, Client] = {
                 cost_cap=SHORT_COST_CAP,
             )
             for provider in PROVIDERS
+        ),
+        Client(
+            "claude-code-long",
+            "anthropic",
+            "long-claude-code",
+            "npm",
+            claude_code(None, long=True),
+            task="long",
+            probes=CLAUDE_CODE_PROBES,
+        ),
+        Client(
+            "opencode-long",
+            "anthropic",
+            "long-opencode",
+            "npm",
+            opencode("anthropic", long=True),
+            task="long",
         ),
         Client("aider-openai", "chat", "aider", "pypi", aider("openai"), task="aider"),
         Client(

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from client_base import TIMEOUT, ClientRun, Restart, quiet_env, tail
+from client_base import LONG_TIMEOUT, TIMEOUT, ClientRun, Restart, quiet_env, tail
 from install import install_npm
+from long_session import LONG_PROMPT
 from task import PROMPT
 
 __all__ = ["PROVIDERS", "opencode", "opencode_config"]
@@ -28,12 +29,18 @@ PROVIDERS = ("openai", "anthropic")
 
 def opencode_config(provider: str, root: str) -> dict[str, Any]:
     """OpenCode's config for `provider` (`openai`: an OpenAI-compatible provider on Chat
-    Completions; `anthropic`: its Anthropic provider) at base `root`."""
+    Completions; `anthropic`: its Anthropic provider) at base `root`. The models' windows are
+    given (the catalogue it would download says the same): OpenCode compacts by them."""
     if provider == "anthropic":
         providers = {
             "anthropic": {
                 "options": {"baseURL": f"{root}/v1", "apiKey": "sk-ant-dummy"},
-                "models": {"claude-sonnet-4-5": {"name": "Claude Sonnet 4.5"}},
+                "models": {
+                    "claude-sonnet-4-5": {
+                        "name": "Claude Sonnet 4.5",
+                        "limit": {"context": 200_000, "output": 32_000},
+                    }
+                },
             }
         }
         model = "anthropic/claude-sonnet-4-5"
@@ -43,7 +50,12 @@ def opencode_config(provider: str, root: str) -> dict[str, Any]:
                 "npm": "@ai-sdk/openai-compatible",
                 "name": "Scripted",
                 "options": {"baseURL": f"{root}/v1", "apiKey": "sk-dummy"},
-                "models": {"gpt-5.4-mini": {"name": "GPT-5.4 mini"}},
+                "models": {
+                    "gpt-5.4-mini": {
+                        "name": "GPT-5.4 mini",
+                        "limit": {"context": 400_000, "output": 128_000},
+                    }
+                },
             }
         }
         model = "scripted/gpt-5.4-mini"
@@ -59,8 +71,11 @@ def opencode_config(provider: str, root: str) -> dict[str, Any]:
     }
 
 
-def opencode(provider: str) -> Callable[[Path, str, Path, Path, Restart], ClientRun]:
-    """A runner of `opencode run` on `provider` (one of `PROVIDERS`)."""
+def opencode(
+    provider: str, *, long: bool = False
+) -> Callable[[Path, str, Path, Path, Restart], ClientRun]:
+    """A runner of `opencode run` on `provider` (one of `PROVIDERS`); `long`: the long
+    session's prompt and time."""
     if provider not in PROVIDERS:
         raise ValueError(f"unknown OpenCode provider {provider!r}; known: {', '.join(PROVIDERS)}")
 
@@ -80,13 +95,14 @@ def opencode(provider: str) -> Callable[[Path, str, Path, Path, Restart], Client
             OPENCODE_DISABLE_CLAUDE_CODE="1",
         )
         done = subprocess.run(
-            [str(bins / "opencode"), "run", "--format", "json", PROMPT],
+            [str(bins / "opencode"), "run", "--format", "json", LONG_PROMPT if long else PROMPT],
             cwd=repo,
             env=env,
             check=False,
             capture_output=True,
             text=True,
-            timeout=TIMEOUT * 2,  # its first run fetches the provider package from npm
+            # Its first run fetches the provider package from npm.
+            timeout=LONG_TIMEOUT if long else TIMEOUT * 2,
             stdin=subprocess.DEVNULL,
         )
         return ClientRun(done.returncode, _answer(done.stdout), log=tail(done.stdout + done.stderr))

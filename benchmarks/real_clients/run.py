@@ -54,11 +54,23 @@ from aider_client import (  # noqa: E402
 from client_base import Client, ClientRun  # noqa: E402
 from clients import CLIENTS  # noqa: E402
 from install import (  # noqa: E402
+    AIDER,
     CLAUDE_CODE,
     CODEX,
     MINI_SWE_AGENT,
+    OPENCODE,
+    PYDANTIC_AI,
     InstallError,
     RegistryUnreachableError,
+)
+from long_session import (  # noqa: E402
+    LONG_ANSWER,
+    LONG_EDITS,
+    LONG_MODELS,
+    RECENT,
+    LongModel,
+    long_edits_applied,
+    make_parts,
 )
 from scripted import PLANS, ScriptedModel  # noqa: E402
 from task import (  # noqa: E402
@@ -89,8 +101,12 @@ PROFILES = {
 VERSIONS = {
     "claude-code": f"@anthropic-ai/claude-code {CLAUDE_CODE}",
     "codex": f"@openai/codex {CODEX}",
+    "opencode": f"opencode-ai {OPENCODE}",
     "mini-swe-agent": f"mini-swe-agent {MINI_SWE_AGENT} (litellm)",
+    "pydantic-ai": f"pydantic-ai-slim {PYDANTIC_AI}",
+    "aider": f"aider-chat {AIDER}",
 }
+"""Installed versions, by the first part of the client names."""
 
 
 @dataclass(slots=True)
@@ -123,6 +139,12 @@ class Outcome:
     """Times the proxy was restarted during the run."""
     profile: str = "anthropic"
     """The provider cache profile the upstream priced the run with."""
+    steps: list[str] = field(default_factory=list)
+    """Long sessions: the steps the model asked for, in order."""
+    compactions: int = 0
+    """Long sessions: times the client asked the model to summarise its history."""
+    recent_view: int | None = None
+    """Long sessions: of the last `RECENT` parts, how many the final request held whole."""
 
     @property
     def input_tokens(self) -> int:
@@ -418,11 +440,17 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
     folder = cache / "runs" / client.name / mode
     shutil.rmtree(folder, ignore_errors=True)
     repo = make_repo(folder / "repo")
+    if client.task == "long":
+        make_parts(repo)
     git_init(repo)
     plan = PLANS.get(client.plan)
-    model: ScriptedModel | AiderModel = (
-        AiderModel() if plan is None else ScriptedModel(plan, str(repo))
-    )
+    model: ScriptedModel | AiderModel | LongModel
+    if client.task == "long":
+        model = LONG_MODELS[client.plan]()
+    elif plan is None:
+        model = AiderModel()
+    else:
+        model = ScriptedModel(plan, str(repo))
     rules = ProviderRules()
     profile = client.profile or PROFILES[client.api]
     provider = ReplayProvider(ReplayScript([]), profile, responder=model, rules=rules)
@@ -442,7 +470,9 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
     requests = cache / "requests"
     requests.mkdir(parents=True, exist_ok=True)
     provider.write_log(requests / f"{client.name}-{mode}.jsonl")
-    if plan is None:  # aider: its edit turns (no tools; the commit messages are side calls)
+    if isinstance(model, LongModel):
+        thread = [r for r in records if model.tools <= _tool_names(r.body)]
+    elif plan is None:  # aider: its edit turns (no tools; the commit messages are side calls)
         thread = [r for r in records if is_edit_request(r.body)]
     else:
         thread = [r for r in records if plan.tools <= _tool_names(r.body)]
@@ -459,7 +489,11 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
         records=records,
         refusals=list(rules.refusals),
         files=snapshot(repo),
-        edited=EDIT_NEW in text if plan is not None else applied_edits(text) == len(EDITS),
+        edited=long_edits_applied(text) == LONG_EDITS
+        if isinstance(model, LongModel)
+        else EDIT_NEW in text
+        if plan is not None
+        else applied_edits(text) == len(EDITS),
         executed=executed_tools(client.api, chained_bodies(thread)[-1], str(repo))
         if thread
         else [],
@@ -474,6 +508,11 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
         dates=[request_date(r.body) for r in thread],
         restarts=restarts,
         profile=profile,
+        steps=[r for r in model.replies if r.startswith("s")]
+        if isinstance(model, LongModel)
+        else [],
+        compactions=model.compactions if isinstance(model, LongModel) else 0,
+        recent_view=model.final_view if isinstance(model, LongModel) else None,
     )
 
 
@@ -483,6 +522,8 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
     fail = verdict.failures.append
     if client.task == "aider":
         _judge_aider(verdict)
+    if client.task == "long":
+        _judge_long(verdict)
     for outcome in (straight, proxied):
         tag = outcome.mode
         if outcome.run.returncode != 0:
@@ -490,7 +531,7 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
         refused = [r for r in outcome.refusals if r not in client.probes]
         if refused:
             fail(f"{tag}: the upstream refused {len(refused)} request(s): {refused[0]}")
-        if client.task == "aider":
+        if client.task != "fix":
             continue
         if outcome.run.answer.strip() != FINAL_ANSWER:
             fail(f"{tag}: final answer {outcome.run.answer[:200]!r}")
@@ -563,6 +604,44 @@ def _judge_aider(verdict: Verdict) -> None:
         fail(f"the proxy was restarted {verdict.proxied.restarts} times, not once")
 
 
+def _judge_long(verdict: Verdict) -> None:
+    """A long session's checks: the same steps and edits in both runs, the answer, a
+    compaction straight (else the session proves nothing), and a smaller bill proxied."""
+    fail = verdict.failures.append
+    straight, proxied = verdict.straight, verdict.proxied
+    for outcome in (straight, proxied):
+        if outcome.run.answer.strip() != LONG_ANSWER:
+            fail(f"{outcome.mode}: final answer {outcome.run.answer[:200]!r}")
+        if not outcome.edited:
+            fail(f"{outcome.mode}: not all {LONG_EDITS} edits were made")
+    if straight.steps != proxied.steps:
+        fail(f"different steps: {len(straight.steps)} straight, {len(proxied.steps)} proxied")
+    if straight.compactions == 0:
+        fail("the straight run never compacted: the session is too short to measure")
+    if proxied.cost_usd >= straight.cost_usd:
+        fail(
+            f"the proxied session costs {proxied.cost_usd / straight.cost_usd:.3f}x straight "
+            "(it must cost less)"
+        )
+
+
+def long_note(verdicts: list[Verdict]) -> str:
+    """What each long session's model still saw at the end, and what it cost."""
+    lines = []
+    for v in verdicts:
+        if v.client.task != "long":
+            continue
+        s, p = v.straight, v.proxied
+        ratio = p.cost_usd / s.cost_usd if s.cost_usd else 0.0
+        lines.append(
+            f"- {v.client.name}: {len(s.steps)} steps; compactions {s.compactions} straight, "
+            f"{p.compactions} proxied; cost ${s.cost_usd:.2f} straight, ${p.cost_usd:.2f} "
+            f"proxied ({ratio:.3f}x); of the last {RECENT} log parts the final request held "
+            f"{s.recent_view} whole straight, {p.recent_view} proxied."
+        )
+    return "\n".join(lines)
+
+
 def _row(v: Verdict) -> list[str]:
     s, p = v.straight, v.proxied
     ratio = p.input_tokens / s.input_tokens if s.input_tokens else 0.0
@@ -604,9 +683,9 @@ def table(verdicts: list[Verdict]) -> str:
 
 def write_docs(path: Path, verdicts: list[Verdict], command: str) -> None:
     """Regenerate the results section of docs/real-clients.md."""
-    versions = ", ".join(
-        VERSIONS.get(v.client.name, "") for v in verdicts if v.client.name in VERSIONS
-    )
+    seen = {v.client.name.split("-")[0] for v in verdicts}
+    prefixes = {key.split("-")[0]: key for key in VERSIONS}
+    versions = ", ".join(VERSIONS[prefixes[p]] for p in prefixes if p in seen)
     marker = "<!-- results -->"
     text = path.read_text(encoding="utf-8") if path.is_file() else f"{marker}\n"
     head = text.split(marker, 1)[0]
@@ -615,6 +694,9 @@ def write_docs(path: Path, verdicts: list[Verdict], command: str) -> None:
         f"{versions}; Python clients openai and anthropic from the project's lock).\n\n"
         f"{table(verdicts)}\n"
     )
+    note = long_note(verdicts)
+    if note:
+        body += f"\nLong sessions (`--long`):\n\n{note}\n"
     path.write_text(head + body, encoding="utf-8")
 
 
@@ -624,6 +706,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--clients",
         help="comma-separated client names (default: the CI set, or every client with --full)",
+    )
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help="also run the long sessions (64 steps, minutes per client; docs/real-clients.md)",
     )
     parser.add_argument(
         "--full",
@@ -646,7 +733,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="clients run side by side (default 2)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    default = [n for n, c in CLIENTS.items() if args.full or not c.full]
+    default = [
+        n
+        for n, c in CLIENTS.items()
+        if (c.task == "long" and args.long) or (c.task != "long" and (args.full or not c.full))
+    ]
     names = [n.strip() for n in (args.clients or ",".join(default)).split(",") if n.strip()]
     unknown = [n for n in names if n not in CLIENTS]
     if unknown:
@@ -683,10 +774,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  - {failure}", flush=True)
     if verdicts:
         print(table(verdicts))
+        note = long_note(verdicts)
+        if note:
+            print(note)
     if args.docs and verdicts:
         command = (
             "uv run python benchmarks/real_clients/run.py"
             + (" --full" if args.full else "")
+            + (" --long" if args.long else "")
             + (f" --clients {args.clients}" if args.clients else "")
             + f" --docs {args.docs}"
         )

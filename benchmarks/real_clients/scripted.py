@@ -26,7 +26,7 @@ from cachepilot.messages import Message, ReasoningPart, ToolCall
 from cachepilot.sim.render import Request
 from cachepilot.wire import Api
 
-__all__ = ["PLANS", "Plan", "ScriptedModel"]
+__all__ = ["PLANS", "Plan", "ScriptedModel", "side_answer"]
 
 _STEP_ID = re.compile(r"_cp_s(\d+)$")
 _RECALL_ID = re.compile(r"_cp_recall$")
@@ -182,7 +182,7 @@ def _tool_names(api: Api, body: Mapping[str, Any]) -> set[str]:
     return names
 
 
-def _side_answer(request: Request) -> str:
+def side_answer(request: Request) -> str:
     """What a client's side call asks for: a command's prefix, the paths a command touched."""
     system = request.system or ""
     last = request.messages[-1].text if request.messages else ""
@@ -212,7 +212,7 @@ class ScriptedModel:
         """The reply to one model request."""
         tools = _tool_names(api, body)
         if not self.plan.tools <= tools:
-            return self._reply("warmup", Message("assistant", _side_answer(request)), api)
+            return self._reply("warmup", Message("assistant", side_answer(request)), api)
         done: set[int] = set()
         recalled = False
         results: dict[str, str] = {}

@@ -219,3 +219,77 @@ def test_two_days_wants_one_date_then_the_next_days_to_the_end() -> None:
     assert not run._two_days(["2026-11-28", "2026-11-30"])
     assert not run._two_days([None, "2026-11-29"])
     assert not run._two_days([])
+
+
+long = _load("long_session")
+
+
+def _anthropic_request(messages: list[dict[str, Any]], tools: list[str]) -> tuple[Any, Any]:
+    body = {
+        "system": "s",
+        "tools": [{"name": n, "input_schema": {"type": "object"}} for n in tools],
+        "messages": messages,
+    }
+    return body, parse_body(body, api="anthropic").request
+
+
+def _long_history(steps: range, parts: dict[int, str]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": long.LONG_PROMPT}]
+    for k in steps:
+        use = {"type": "tool_use", "id": f"toolu_cp_l{k}", "name": "Bash", "input": {}}
+        messages.append({"role": "assistant", "content": [use]})
+        result = {"type": "tool_result", "tool_use_id": f"toolu_cp_l{k}", "content": parts[k]}
+        messages.append({"role": "user", "content": [result]})
+    return messages
+
+
+def test_the_long_model_keeps_its_progress_through_a_compaction(tmp_path: Path) -> None:
+    long.make_parts(tmp_path)
+    parts = {
+        k: (tmp_path / "logs" / f"part_{k:02d}.log").read_text() for k in range(long.LONG_STEPS)
+    }
+    model = long.LongModel("toolu", frozenset({"Bash"}), "Bash")
+    body, request = _anthropic_request(_long_history(range(20), parts), ["Bash"])
+    reply = model("anthropic", body, request)
+    assert reply.tool_calls[0].id == "toolu_cp_l20"
+    assert json.loads(reply.tool_calls[0].arguments)["command"] == "cat logs/part_20.log"
+    # The client asks for a summary: the model writes its progress into it ...
+    ask = "Your task is to create a detailed summary of the conversation so far."
+    body, request = _anthropic_request(
+        [
+            *_long_history(range(20), parts),
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": ask},
+        ],
+        ["Bash"],
+    )
+    summary = model("anthropic", body, request)
+    assert summary.tool_calls == () and "steps completed through s19" in summary.text
+    # ... and continues from it on the compacted history (step 15 was an edit).
+    body, request = _anthropic_request(
+        [{"role": "user", "content": f"{long.LONG_PROMPT}\n\n{summary.text}"}], ["Bash"]
+    )
+    after = model("anthropic", body, request)
+    assert after.tool_calls[0].id == "toolu_cp_l20"
+    assert model.compactions == 1
+    assert "sed -i" in long.step_command(15) and long.step_command(15).endswith(task.MODULE_PATH)
+
+
+def test_recent_in_view_counts_whole_parts_only(tmp_path: Path) -> None:
+    long.make_parts(tmp_path)
+    parts = {
+        k: (tmp_path / "logs" / f"part_{k:02d}.log").read_text() for k in range(long.LONG_STEPS)
+    }
+    _, everything = _anthropic_request(_long_history(range(long.LONG_STEPS), parts), ["Bash"])
+    assert long.recent_in_view(everything) == long.RECENT
+    cut = {**parts, 62: parts[62][:2000] + "\n[... reduced; recall(ref=...)]\n" + parts[62][-200:]}
+    _, reduced = _anthropic_request(_long_history(range(long.LONG_STEPS), cut), ["Bash"])
+    assert long.recent_in_view(reduced) == long.RECENT - 1
+    _, compacted = _anthropic_request(_long_history(range(20, 40), parts), ["Bash"])
+    assert long.recent_in_view(compacted) == 0  # none of the last 16 printed parts
+
+
+def test_long_edits_applied_counts_the_sessions_settings() -> None:
+    module = "\n".join(f"LIMIT_{k + 100:04d} = {7000 + k}" for k in (15, 31, 47)) + "\n"
+    assert long.long_edits_applied("\n" + module) == 3
+    assert long.LONG_EDITS == 4
