@@ -148,7 +148,7 @@ class AiderModel:
 
 DRIVER = textwrap.dedent(
     """\
-    import datetime as _dt, json, os, sys
+    import datetime as _dt, json, os, sys, time
     from pathlib import Path
 
     api, root, repo, model_name, turns, days, control = sys.argv[1:8]
@@ -183,8 +183,7 @@ DRIVER = textwrap.dedent(
     for n, stretch in enumerate(json.loads(turns)):
         if n:
             (control / "paused").write_text(str(n))
-            while not (control / f"resume-{n}").exists():
-                import time
+            while not (control / f"resume-{n}").exists():  # the suite restarts the proxy
                 time.sleep(0.1)
         for message in stretch:
             coder.run(with_message=message)

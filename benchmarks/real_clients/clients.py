@@ -75,6 +75,10 @@ def run_claude_code(
         DISABLE_BUG_COMMAND="1",
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
     )
+    if model is not None:
+        # The window it compacts by (the upstream does not refuse long prompts, so it must
+        # know): the long session's 200 K.
+        env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(LONG_WINDOW)
     if bash_max is not None:
         # 2.1 reads the inline cap from its settings (`bashOutputMaxChars`, clamped to
         # 4,000-128,000); `BASH_MAX_OUTPUT_LENGTH` alone only sizes the read-back window.
@@ -232,6 +236,8 @@ def _in_process(
 
 CLAUDE_CODE_PROBES = ("messages.1.role: Input should be 'user' or 'assistant'",)
 LARGE_BASH = 128_000
+LONG_WINDOW = 200_000
+"""The context window of the long sessions' model (claude-sonnet-4-5)."""
 SHORT_COST_CAP = 1.005
 """A client that caps its own outputs, at its defaults: a short session costs at most 0.5 %
 more through the proxy than straight."""
