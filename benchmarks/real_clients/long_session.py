@@ -197,6 +197,5 @@ def _name(tool: Mapping[str, Any]) -> str:
 
 LONG_MODELS = {
     "long-claude-code": lambda: LongModel("toolu", frozenset({"Bash"}), "Bash"),
-    "long-opencode": lambda: LongModel("toolu", frozenset({"bash"}), "bash"),
 }
 """Per long plan: a fresh model for one run."""

@@ -17,9 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from client_base import LONG_TIMEOUT, TIMEOUT, ClientRun, Restart, quiet_env, tail
+from client_base import TIMEOUT, ClientRun, Restart, quiet_env, tail
 from install import install_npm
-from long_session import LONG_PROMPT
 from task import PROMPT
 
 __all__ = ["PROVIDERS", "opencode", "opencode_config"]
@@ -71,11 +70,8 @@ def opencode_config(provider: str, root: str) -> dict[str, Any]:
     }
 
 
-def opencode(
-    provider: str, *, long: bool = False
-) -> Callable[[Path, str, Path, Path, Restart], ClientRun]:
-    """A runner of `opencode run` on `provider` (one of `PROVIDERS`); `long`: the long
-    session's prompt and time."""
+def opencode(provider: str) -> Callable[[Path, str, Path, Path, Restart], ClientRun]:
+    """A runner of `opencode run` on `provider` (one of `PROVIDERS`)."""
     if provider not in PROVIDERS:
         raise ValueError(f"unknown OpenCode provider {provider!r}; known: {', '.join(PROVIDERS)}")
 
@@ -95,14 +91,13 @@ def opencode(
             OPENCODE_DISABLE_CLAUDE_CODE="1",
         )
         done = subprocess.run(
-            [str(bins / "opencode"), "run", "--format", "json", LONG_PROMPT if long else PROMPT],
+            [str(bins / "opencode"), "run", "--format", "json", PROMPT],
             cwd=repo,
             env=env,
             check=False,
             capture_output=True,
             text=True,
-            # Its first run fetches the provider package from npm.
-            timeout=LONG_TIMEOUT if long else TIMEOUT * 2,
+            timeout=TIMEOUT * 2,  # its first run fetches the provider package from npm
             stdin=subprocess.DEVNULL,
         )
         return ClientRun(done.returncode, _answer(done.stdout), log=tail(done.stdout + done.stderr))

@@ -541,6 +541,28 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
             fail(f"{tag}: {len(outcome.executed)} of {len(STEPS)} task steps reached the upstream")
     if sorted(proxied.refusals) != sorted(straight.refusals):
         fail(f"refusals differ: {straight.refusals} straight, {proxied.refusals} proxied")
+    # A long session's history is compacted (its last request holds a few steps, and
+    # compaction requests shift the request indexes): its steps are compared in `_judge_long`.
+    if client.task != "long":
+        _compare_requests(verdict)
+    if client.cost_cap is not None and proxied.cost_usd > straight.cost_usd * client.cost_cap:
+        fail(
+            f"the proxied run costs {proxied.cost_usd / straight.cost_usd:.4f}x straight "
+            f"(at most {client.cost_cap}x)"
+        )
+    allowed = len(straight.breaks) + proxied.maintenance
+    if len(proxied.breaks) > allowed:
+        fail(
+            f"proxied prefix broke at requests {proxied.breaks} ({proxied.maintenance} maintenance "
+            f"points, {len(straight.breaks)} breaks straight)"
+        )
+    return verdict
+
+
+def _compare_requests(verdict: Verdict) -> None:
+    """The request-by-request checks: the same tools, files, recalls and client marks."""
+    fail = verdict.failures.append
+    straight, proxied = verdict.straight, verdict.proxied
     if straight.executed != proxied.executed:
         fail(f"different tools executed: {straight.executed} vs {proxied.executed}")
     if straight.files != proxied.files:
@@ -563,18 +585,6 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
         if not own <= seen:
             fail(f"request {k}: the client's marks {sorted(own - seen)} did not reach the upstream")
             break
-    if client.cost_cap is not None and proxied.cost_usd > straight.cost_usd * client.cost_cap:
-        fail(
-            f"the proxied run costs {proxied.cost_usd / straight.cost_usd:.4f}x straight "
-            f"(at most {client.cost_cap}x)"
-        )
-    allowed = len(straight.breaks) + proxied.maintenance
-    if len(proxied.breaks) > allowed:
-        fail(
-            f"proxied prefix broke at requests {proxied.breaks} ({proxied.maintenance} maintenance "
-            f"points, {len(straight.breaks)} breaks straight)"
-        )
-    return verdict
 
 
 def _two_days(dates: list[str | None]) -> bool:
@@ -614,6 +624,8 @@ def _judge_long(verdict: Verdict) -> None:
             fail(f"{outcome.mode}: final answer {outcome.run.answer[:200]!r}")
         if not outcome.edited:
             fail(f"{outcome.mode}: not all {LONG_EDITS} edits were made")
+    if straight.files != proxied.files:
+        fail("different files at the end")
     if straight.steps != proxied.steps:
         fail(f"different steps: {len(straight.steps)} straight, {len(proxied.steps)} proxied")
     if straight.compactions == 0:
