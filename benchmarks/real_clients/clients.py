@@ -264,6 +264,7 @@ CLIENTS: dict[str, Client] = {
             "npm",
             claude_code(LARGE_BASH),
             probes=CLAUDE_CODE_PROBES,
+            full=True,  # CI: claude-code-parallel has the same larger outputs
         ),
         Client(
             "claude-code-parallel",
@@ -308,7 +309,7 @@ CLIENTS: dict[str, Client] = {
                 "python",
                 "pypi",
                 pydantic_ai(setup),
-                full=setup in ("responses", "chat"),  # CI: the stateful and Anthropic ones
+                full=setup != "responses-previous",  # CI: the stateful one
             )
             for setup in SETUPS
         ),
@@ -320,7 +321,7 @@ CLIENTS: dict[str, Client] = {
                 "npm",
                 opencode(provider),
                 cost_cap=SHORT_COST_CAP,
-                full=provider == "openai",  # CI keeps the Anthropic provider (~2 min a run)
+                full=True,  # not in the CI set (docs/real-clients.md)
             )
             for provider in PROVIDERS
         ),
@@ -341,6 +342,7 @@ CLIENTS: dict[str, Client] = {
             "pypi",
             aider("anthropic"),
             task="aider",
+            full=True,  # CI: aider-openai runs the same session
         ),
         Client(
             "anthropic-python",
