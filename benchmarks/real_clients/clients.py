@@ -1,219 +1,110 @@
-"""The real clients: installing them into the scratch cache and running them on the task.
+"""The real clients: each runner runs one client on the task of `task.py`.
 
-Pinned versions (`CLAUDE_CODE`, `CODEX`, `GEMINI_CLI`, `MINI_SWE_AGENT`) are installed once into
-`.cache/real_clients/` (ignored by git): npm packages with `npm install`, mini-swe-agent into
-its own virtual environment with `uv`, never into the project's lock. Each runner gets a base
-URL (the scripted upstream or the proxy in front of it), the scratch repository and a private
-home folder, and returns what the client did: exit status, final answer, output tails.
+Each runner gets the scratch cache (clients are installed there by `install.py`), a base URL
+(the scripted upstream or the proxy in front of it), the scratch repository and a private home
+folder, and returns what the client did: exit status, final answer, output tails. Per-client
+settings (environment variables, settings files) are set and explained in its runner.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 import textwrap
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import agent_loop
+from aider_client import aider
+from client_base import LONG_TIMEOUT, TIMEOUT, Client, ClientRun, Restart, quiet_env, tail
+from gemini_client import run_gemini_cli
+from install import install_npm, install_venv
+from long_session import LONG_PROMPT
+from opencode_client import PROVIDERS, opencode
+from pydantic_ai_client import SETUPS, pydantic_ai
 from task import PROMPT
 
-__all__ = [
-    "CLAUDE_CODE",
-    "CLIENTS",
-    "CODEX",
-    "GEMINI_CLI",
-    "MINI_SWE_AGENT",
-    "Client",
-    "ClientRun",
-    "InstallError",
-    "RegistryUnreachableError",
-]
-
-CLAUDE_CODE = "2.0.50"
-CODEX = "0.171.0"
-GEMINI_CLI = "0.61.0"
-MINI_SWE_AGENT = "2.4.6"
-TIMEOUT = 240
+__all__ = ["CLIENTS", "Client", "ClientRun", "Restart"]
 
 
-class InstallError(RuntimeError):
-    """A client could not be installed."""
+def claude_code(
+    bash_max: int | None, *, long: bool = False
+) -> Callable[[Path, str, Path, Path, Restart], ClientRun]:
+    """A runner of `claude -p`; `bash_max` sets how much Bash output it sends inline (None: its
+    default, 30,000 characters, past which it saves the output to a file and sends a 2 KB
+    preview with the path)."""
+
+    def run(cache: Path, root: str, repo: Path, home: Path, _restart: Restart) -> ClientRun:
+        if long:  # a 200 K window (its default model has 1 M), so the long session compacts
+            return run_claude_code(
+                cache,
+                root,
+                repo,
+                home,
+                bash_max=bash_max,
+                prompt=LONG_PROMPT,
+                model="claude-sonnet-4-5",
+                timeout=LONG_TIMEOUT,
+            )
+        return run_claude_code(cache, root, repo, home, bash_max=bash_max)
+
+    return run
 
 
-class RegistryUnreachableError(InstallError):
-    """The package registry could not be reached (the suite skips)."""
-
-
-@dataclass(slots=True)
-class ClientRun:
-    """What one client run did."""
-
-    returncode: int
-    answer: str
-    executed: list[tuple[str, str]] = field(default_factory=list)
-    """Tool calls the client reported running (the in-process loops only)."""
-    log: str = ""
-    """Tail of the client's output, for failure messages."""
-
-
-@dataclass(frozen=True, slots=True)
-class Client:
-    """One real client."""
-
-    name: str
-    api: str
-    """`anthropic`, `chat`, `responses` or `gemini`: the wire format it speaks."""
-    plan: str
-    """Key of its tool plan in `scripted.PLANS`."""
-    needs: str
-    """`npm`, `pypi` (its own venv) or `project` (the project's environment)."""
-    run: Callable[[Path, str, Path, Path], ClientRun]
-    """`(cache, base root URL, repo, home) -> ClientRun`."""
-    profile: str | None = None
-    """Provider cache profile of the upstream and the proxy (None: the API's default)."""
-
-
-def _tail(text: str, limit: int = 3000) -> str:
-    return text[-limit:]
-
-
-def _registry_reachable() -> bool:
-    try:
-        done = subprocess.run(
-            ["npm", "view", f"@anthropic-ai/claude-code@{CLAUDE_CODE}", "version"],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0 and CLAUDE_CODE in done.stdout
-
-
-_INSTALL = threading.Lock()
-"""One install at a time (clients run side by side and share the install folders)."""
-
-
-def install_npm(cache: Path) -> Path:
-    """The npm clients' bin folder, installing the pinned versions when missing."""
-    with _INSTALL:
-        return _install_npm(cache)
-
-
-def _install_npm(cache: Path) -> Path:
-    root = cache / "npm"
-    bins = root / "node_modules" / ".bin"
-    stamp = root / "installed.json"
-    wanted = {
-        "@anthropic-ai/claude-code": CLAUDE_CODE,
-        "@openai/codex": CODEX,
-        "@google/gemini-cli": GEMINI_CLI,
-    }
-    if stamp.is_file() and json.loads(stamp.read_text()) == wanted and bins.is_dir():
-        return bins
-    if shutil.which("npm") is None:
-        raise InstallError("npm is not installed")
-    if not _registry_reachable():
-        raise RegistryUnreachableError("the npm registry cannot be reached")
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "package.json").write_text('{"name": "cachepilot-real-clients", "private": true}\n')
-    done = subprocess.run(
-        ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"]
-        + [f"{name}@{version}" for name, version in wanted.items()],
-        cwd=root,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if done.returncode != 0:
-        raise InstallError(f"npm install failed: {_tail(done.stderr)}")
-    stamp.write_text(json.dumps(wanted))
-    return bins
-
-
-def install_mini_swe_agent(cache: Path) -> Path:
-    """The python of mini-swe-agent's own venv, installing the pinned version when missing."""
-    with _INSTALL:
-        return _install_mini_swe_agent(cache)
-
-
-def _install_mini_swe_agent(cache: Path) -> Path:
-    venv = cache / "mini-swe-agent"
-    python = venv / "bin" / "python"
-    stamp = venv / "installed.txt"
-    if stamp.is_file() and stamp.read_text() == MINI_SWE_AGENT and python.is_file():
-        return python
-    uv = shutil.which("uv")
-    if uv is None:
-        raise InstallError("uv is not installed")
-    steps = [
-        [uv, "venv", "--quiet", "--python", sys.executable, str(venv)],
-        [
-            uv,
-            "pip",
-            "install",
-            "--quiet",
-            "--python",
-            str(python),
-            f"mini-swe-agent=={MINI_SWE_AGENT}",
-        ],
-    ]
-    for step in steps:
-        done = subprocess.run(step, check=False, capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            raise InstallError(f"installing mini-swe-agent failed: {_tail(done.stderr)}")
-    stamp.write_text(MINI_SWE_AGENT)
-    return python
-
-
-def _quiet_env(home: Path) -> dict[str, str]:
-    home.mkdir(parents=True, exist_ok=True)
-    keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "SYSTEMROOT")
-    env = {k: v for k, v in os.environ.items() if k in keep}
-    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), NO_COLOR="1")
-    return env
-
-
-def run_claude_code(cache: Path, root: str, repo: Path, home: Path) -> ClientRun:
+def run_claude_code(
+    cache: Path,
+    root: str,
+    repo: Path,
+    home: Path,
+    *,
+    bash_max: int | None,
+    prompt: str = PROMPT,
+    model: str | None = None,
+    timeout: int = TIMEOUT,
+) -> ClientRun:
     """`claude -p` with ANTHROPIC_BASE_URL, a dummy key and nonessential traffic off."""
     bins = install_npm(cache)
-    env = _quiet_env(home)
+    env = quiet_env(home)
     env.update(
         ANTHROPIC_BASE_URL=root,
         ANTHROPIC_API_KEY="sk-ant-dummy",
+        # Its settings, sessions and saved tool outputs stay in the private home.
         CLAUDE_CONFIG_DIR=str(home / ".claude"),
         DISABLE_TELEMETRY="1",
         DISABLE_AUTOUPDATER="1",
         DISABLE_ERROR_REPORTING="1",
         DISABLE_BUG_COMMAND="1",
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        BASH_MAX_OUTPUT_LENGTH="200000",
     )
+    if model is not None:
+        # The window it compacts by (the upstream does not refuse long prompts, so it must
+        # know): the long session's 200 K.
+        env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(LONG_WINDOW)
+    if bash_max is not None:
+        # 2.1 reads the inline cap from its settings (`bashOutputMaxChars`, clamped to
+        # 4,000-128,000); `BASH_MAX_OUTPUT_LENGTH` alone only sizes the read-back window.
+        settings = home / ".claude" / "settings.json"
+        settings.parent.mkdir(parents=True, exist_ok=True)
+        settings.write_text(json.dumps({"bashOutputMaxChars": bash_max}))
+        env["BASH_MAX_OUTPUT_LENGTH"] = str(bash_max)
     done = subprocess.run(
         [
             str(bins / "claude"),
             "-p",
-            PROMPT,
+            prompt,
             "--output-format",
             "json",
             # Root may not skip permissions: allow exactly the task's tools instead.
             "--allowedTools",
             "Bash,Read,Edit,Grep",
+            *(["--model", model] if model else []),
         ],
         cwd=repo,
         env=env,
         check=False,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
+        timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
     answer = ""
@@ -221,64 +112,16 @@ def run_claude_code(cache: Path, root: str, repo: Path, home: Path) -> ClientRun
         result = json.loads(done.stdout)
         answer = str(result.get("result", ""))
         if result.get("is_error"):
-            return ClientRun(1, answer, log=_tail(done.stdout + done.stderr))
+            return ClientRun(1, answer, log=tail(done.stdout + done.stderr))
     except ValueError:
         pass
-    return ClientRun(done.returncode, answer, log=_tail(done.stdout + done.stderr))
+    return ClientRun(done.returncode, answer, log=tail(done.stdout + done.stderr))
 
 
-_GEMINI_SETTINGS = {
-    # `-p` needs the auth type named in 0.61 ("Invalid auth method selected" otherwise).
-    "security": {"auth": {"selectedType": "gemini-api-key"}},
-    "privacy": {"usageStatisticsEnabled": False},
-    "telemetry": {"enabled": False},
-    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
-}
-
-
-def run_gemini_cli(cache: Path, root: str, repo: Path, home: Path) -> ClientRun:
-    """`gemini -p --yolo` with GOOGLE_GEMINI_BASE_URL, a dummy key and its settings."""
-    bins = install_npm(cache)
-    env = _quiet_env(home)
-    settings = home / ".gemini" / "settings.json"
-    settings.parent.mkdir(parents=True, exist_ok=True)
-    settings.write_text(json.dumps(_GEMINI_SETTINGS))
-    env.update(GOOGLE_GEMINI_BASE_URL=root, GEMINI_API_KEY="gm-dummy", GEMINI_CLI_NO_RELAUNCH="1")
-    done = subprocess.run(
-        [
-            str(bins / "gemini"),
-            "-p",
-            PROMPT,
-            "--yolo",
-            "--skip-trust",
-            "-m",
-            "gemini-2.5-flash",
-            "--output-format",
-            "json",
-        ],
-        cwd=repo,
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        stdin=subprocess.DEVNULL,
-    )
-    answer = ""
-    try:
-        result = json.loads(done.stdout)
-        answer = str(result.get("response", ""))
-        if result.get("error"):
-            return ClientRun(1, answer, log=_tail(done.stdout + done.stderr))
-    except ValueError:
-        pass
-    return ClientRun(done.returncode, answer, log=_tail(done.stdout + done.stderr))
-
-
-def run_codex(cache: Path, root: str, repo: Path, home: Path) -> ClientRun:
+def run_codex(cache: Path, root: str, repo: Path, home: Path, _restart: Restart) -> ClientRun:
     """`codex exec` with a custom model provider on the Responses API."""
     bins = install_npm(cache)
-    env = _quiet_env(home)
+    env = quiet_env(home)
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
     env.update(CODEX_HOME=str(codex_home), CACHEPILOT_DUMMY_KEY="sk-dummy")
@@ -314,7 +157,7 @@ def run_codex(cache: Path, root: str, repo: Path, home: Path) -> ClientRun:
         stdin=subprocess.DEVNULL,
     )
     answer = last.read_text(encoding="utf-8").strip() if last.is_file() else ""
-    return ClientRun(done.returncode, answer, log=_tail(done.stdout + done.stderr))
+    return ClientRun(done.returncode, answer, log=tail(done.stdout + done.stderr))
 
 
 _MINI_DRIVER = textwrap.dedent(
@@ -350,10 +193,12 @@ _MINI_DRIVER = textwrap.dedent(
 )
 
 
-def run_mini_swe_agent(cache: Path, root: str, repo: Path, home: Path) -> ClientRun:
+def run_mini_swe_agent(
+    cache: Path, root: str, repo: Path, home: Path, _restart: Restart
+) -> ClientRun:
     """mini-swe-agent's default agent on litellm (Chat Completions, tool calling)."""
-    python = install_mini_swe_agent(cache)
-    env = _quiet_env(home)
+    python = install_venv(cache, "mini-swe-agent")
+    env = quiet_env(home)
     env.update(MSWEA_COST_TRACKING="ignore_errors", MSWEA_CONFIGURED="true", LITELLM_LOG="ERROR")
     driver = home / "mini_driver.py"
     driver.write_text(_MINI_DRIVER)
@@ -374,13 +219,13 @@ def run_mini_swe_agent(cache: Path, root: str, repo: Path, home: Path) -> Client
         answer = str(result.get("submission", "")).strip()
         if result.get("exit_status") != "Submitted":
             code = code or 1
-    return ClientRun(code, answer, log=_tail(done.stdout + done.stderr))
+    return ClientRun(code, answer, log=tail(done.stdout + done.stderr))
 
 
 def _in_process(
     loop: Callable[[str, Path, str], agent_loop.LoopResult], suffix: str
-) -> Callable[[Path, str, Path, Path], ClientRun]:
-    def run(_cache: Path, root: str, repo: Path, _home: Path) -> ClientRun:
+) -> Callable[[Path, str, Path, Path, Restart], ClientRun]:
+    def run(_cache: Path, root: str, repo: Path, _home: Path, _restart: Restart) -> ClientRun:
         try:
             result = loop(root + suffix, repo, PROMPT)
         except Exception as exc:  # the client's own error is the finding
@@ -390,21 +235,57 @@ def _in_process(
     return run
 
 
+CLAUDE_CODE_PROBES = ("messages.1.role: Input should be 'user' or 'assistant'",)
+LARGE_BASH = 128_000
+LONG_WINDOW = 200_000
+"""The context window of the long sessions' model (claude-sonnet-4-5)."""
+SHORT_COST_CAP = 1.005
+"""A client that caps its own outputs, at its defaults: a short session costs at most 0.5 %
+more through the proxy than straight."""
+"""Inline Bash output of the larger-outputs variant (Claude Code's maximum); its plan prints
+the last 120,000 characters of the log, which hold the error, so they reach the model whole."""
+
 CLIENTS: dict[str, Client] = {
     c.name: c
     for c in (
-        Client("claude-code", "anthropic", "claude-code", "npm", run_claude_code),
-        Client("claude-code-parallel", "anthropic", "claude-code-parallel", "npm", run_claude_code),
         Client(
-            "claude-code-1h",
+            "claude-code",
             "anthropic",
             "claude-code",
             "npm",
-            run_claude_code,
+            claude_code(None),
+            probes=CLAUDE_CODE_PROBES,
+            cost_cap=SHORT_COST_CAP,
+        ),
+        Client(
+            "claude-code-large",
+            "anthropic",
+            "claude-code-large",
+            "npm",
+            claude_code(LARGE_BASH),
+            probes=CLAUDE_CODE_PROBES,
+            full=True,  # CI: claude-code-parallel has the same larger outputs
+        ),
+        Client(
+            "claude-code-parallel",
+            "anthropic",
+            "claude-code-large-parallel",
+            "npm",
+            claude_code(LARGE_BASH),
+            probes=CLAUDE_CODE_PROBES,
+        ),
+        Client(
+            "claude-code-1h",
+            "anthropic",
+            "claude-code-large",
+            "npm",
+            claude_code(LARGE_BASH),
             profile="anthropic-1h",
+            probes=CLAUDE_CODE_PROBES,
+            full=True,
         ),
         Client("codex", "responses", "codex", "npm", run_codex),
-        Client("codex-parallel", "responses", "codex-parallel", "npm", run_codex),
+        Client("codex-parallel", "responses", "codex-parallel", "npm", run_codex, full=True),
         Client("mini-swe-agent", "chat", "mini-swe-agent", "pypi", run_mini_swe_agent),
         Client("gemini-cli", "gemini", "gemini-cli", "npm", run_gemini_cli),
         Client(
@@ -420,6 +301,48 @@ CLIENTS: dict[str, Client] = {
             "python",
             "project",
             _in_process(agent_loop.run_responses, "/v1"),
+        ),
+        *(
+            Client(
+                f"pydantic-ai-{setup}",
+                "anthropic" if setup == "anthropic" else "chat" if setup == "chat" else "responses",
+                "python",
+                "pypi",
+                pydantic_ai(setup),
+                full=setup != "responses-previous",  # CI: the stateful one
+            )
+            for setup in SETUPS
+        ),
+        *(
+            Client(
+                f"opencode-{provider}",
+                "anthropic" if provider == "anthropic" else "chat",
+                "opencode" if provider == "anthropic" else "opencode-patch",
+                "npm",
+                opencode(provider),
+                cost_cap=SHORT_COST_CAP,
+                full=True,  # not in the CI set (docs/real-clients.md)
+            )
+            for provider in PROVIDERS
+        ),
+        Client(
+            "claude-code-long",
+            "anthropic",
+            "long-claude-code",
+            "npm",
+            claude_code(None, long=True),
+            task="long",
+            probes=CLAUDE_CODE_PROBES,
+        ),
+        Client("aider-openai", "chat", "aider", "pypi", aider("openai"), task="aider"),
+        Client(
+            "aider-anthropic",
+            "anthropic",
+            "aider",
+            "pypi",
+            aider("anthropic"),
+            task="aider",
+            full=True,  # CI: aider-openai runs the same session
         ),
         Client(
             "anthropic-python",

@@ -1,8 +1,10 @@
 """Real clients through the proxy: each runs the scripted task straight and through the proxy.
 
-Claude Code (`claude -p`), Codex (`codex exec`), mini-swe-agent (litellm, Chat Completions)
-and a small loop on each official Python client (`openai` Chat Completions and Responses,
-`anthropic` Messages) each run the task of `task.py` twice against a scripted upstream on
+Claude Code (`claude -p`), Codex (`codex exec`), OpenCode (`opencode run`), mini-swe-agent
+(litellm, Chat Completions), pydantic-ai (Chat, Responses with and without
+`previous_response_id`, Anthropic), aider (four edit turns, `aider_client.py`) and a small loop
+on each official Python client (`openai` Chat Completions and Responses, `anthropic` Messages)
+each run the task of `task.py` twice against a scripted upstream on
 127.0.0.1 that enforces the providers' request rules (`cachepilot_bench.provider_rules`):
 once straight, once through `cachepilot proxy` (the real command, as a subprocess). The
 suite checks that both runs executed the same tools, left the same files, gave the same final
@@ -10,10 +12,12 @@ answer, exited 0 with no request refused, and that every upstream request of the
 thread starts with the previous one (marks aside) except at the proxy's maintenance points.
 It prints the input saving and the prefix share per client.
 
-    uv run python benchmarks/real_clients/run.py [--clients codex,...] [--docs PAGE]
+    uv run python benchmarks/real_clients/run.py [--full] [--clients codex,...] [--docs PAGE]
 
-Exit status: 0 all passed, 1 a check failed, 3 the npm registry (or PyPI for mini-swe-agent)
-could not be reached (`--skip-unreachable` turns that into 0 with a message). Clients are
+Without `--clients` it runs the CI set; `--full` adds the heaviest variants (`Client.full`).
+
+Exit status: 0 all passed, 1 a check failed, 3 the npm registry (or PyPI for the Python
+clients) could not be reached (`--skip-unreachable` turns that into 0 with a message). Clients are
 installed into `.cache/real_clients/` (git-ignored); the clients' request bodies are saved
 under `.cache/real_clients/requests/` for inspection.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import logging
 import shutil
@@ -39,20 +44,47 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from clients import (  # noqa: E402
+from aider_client import (  # noqa: E402
+    EDITS,
+    AiderModel,
+    applied_edits,
+    is_edit_request,
+    request_date,
+)
+from client_base import Client, ClientRun  # noqa: E402
+from clients import CLIENTS  # noqa: E402
+from install import (  # noqa: E402
+    AIDER,
     CLAUDE_CODE,
-    CLIENTS,
     CODEX,
     GEMINI_CLI,
     MINI_SWE_AGENT,
-    Client,
-    ClientRun,
+    OPENCODE,
+    PYDANTIC_AI,
     InstallError,
     RegistryUnreachableError,
 )
+from long_session import (  # noqa: E402
+    LONG_ANSWER,
+    LONG_EDITS,
+    LONG_MODELS,
+    RECENT,
+    LongModel,
+    long_edits_applied,
+    make_parts,
+)
 from scripted import PLANS, ScriptedModel  # noqa: E402
-from task import EDIT_NEW, FINAL_ANSWER, MODULE_PATH, STEPS, make_repo, snapshot  # noqa: E402
+from task import (  # noqa: E402
+    EDIT_NEW,
+    FINAL_ANSWER,
+    MODULE_PATH,
+    STEPS,
+    git_init,
+    make_repo,
+    snapshot,
+)
 
+from cachepilot.sim.profiles import get_profile  # noqa: E402
 from cachepilot_bench.provider_rules import ProviderRules  # noqa: E402
 from cachepilot_bench.replay import ReplayProvider, ReplayRecord, ReplayScript  # noqa: E402
 
@@ -71,9 +103,13 @@ PROFILES = {
 VERSIONS = {
     "claude-code": f"@anthropic-ai/claude-code {CLAUDE_CODE}",
     "codex": f"@openai/codex {CODEX}",
+    "opencode": f"opencode-ai {OPENCODE}",
     "mini-swe-agent": f"mini-swe-agent {MINI_SWE_AGENT} (litellm)",
     "gemini-cli": f"@google/gemini-cli {GEMINI_CLI}",
+    "pydantic-ai": f"pydantic-ai-slim {PYDANTIC_AI}",
+    "aider": f"aider-chat {AIDER}",
 }
+"""Installed versions, by the first part of the client names."""
 
 
 @dataclass(slots=True)
@@ -100,6 +136,18 @@ class Outcome:
     proxy_recalls: int = 0
     """Recalls the proxy answered itself (its /metrics)."""
     proxy_log: str = ""
+    dates: list[str | None] = field(default_factory=list)
+    """aider: the date each of its edit requests carried."""
+    restarts: int = 0
+    """Times the proxy was restarted during the run."""
+    profile: str = "anthropic"
+    """The provider cache profile the upstream priced the run with."""
+    steps: list[str] = field(default_factory=list)
+    """Long sessions: the steps the model asked for, in order."""
+    compactions: int = 0
+    """Long sessions: times the client asked the model to summarise its history."""
+    recent_view: int | None = None
+    """Long sessions: of the last `RECENT` parts, how many the final request held whole."""
 
     @property
     def input_tokens(self) -> int:
@@ -112,6 +160,13 @@ class Outcome:
     @property
     def body_bytes(self) -> int:
         return sum(len(json.dumps(r.body)) for r in self.records)
+
+    @property
+    def cost_usd(self) -> float:
+        """The run's bill: each request's usage as the upstream reported it (reads, writes,
+        uncached input, output), priced by the profile's rates."""
+        rates = get_profile(self.profile)
+        return sum(rates.cost(r.usage).total_usd for r in self.records)
 
     @property
     def prefix_share(self) -> float:
@@ -138,48 +193,90 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@contextlib.contextmanager
-def running_proxy(upstream: str, profile: str, folder: Path) -> Iterator[str]:
-    """`cachepilot proxy` as a subprocess on a free loopback port; yields its root URL."""
-    port = _free_port()
-    log = (folder / "proxy.log").open("w")
-    command = [
-        sys.executable,
-        "-m",
-        "cachepilot.cli",
-        "proxy",
-        "--upstream",
-        upstream,
-        "--port",
-        str(port),
-        "--provider",
-        profile,
-        "--store",
-        str(folder / "proxy.sqlite"),
-    ]
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    root = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
+class ProxyProcess:
+    """`cachepilot proxy` as a subprocess on a loopback port, restartable in place (same port,
+    same store: what a user's restart does)."""
+
+    def __init__(self, upstream: str, profile: str, folder: Path) -> None:
+        self.port = _free_port()
+        self.root = f"http://127.0.0.1:{self.port}"
+        self.restarts = 0
+        self._folder = folder
+        self._command = [
+            sys.executable,
+            "-m",
+            "cachepilot.cli",
+            "proxy",
+            "--upstream",
+            upstream,
+            "--port",
+            str(self.port),
+            "--provider",
+            profile,
+            "--store",
+            str(folder / "proxy.sqlite"),
+        ]
+        self._process: subprocess.Popen[bytes] | None = None
+        self._totals: dict[str, float] = {}
+        """Metrics of the processes stopped so far (a restart starts the counters anew)."""
+
+    def start(self) -> None:
+        log = (self._folder / "proxy.log").open("a")
+        self._process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + 180  # a loaded CI machine starts it slowly
         while True:
             try:
-                with urllib.request.urlopen(f"{root}/healthz", timeout=2):
-                    break
+                with urllib.request.urlopen(f"{self.root}/healthz", timeout=2):
+                    return
             except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"the proxy did not start: {(folder / 'proxy.log').read_text()[-2000:]}"
-                    ) from None
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the proxy did not start: {self.log()[-2000:]}") from None
                 time.sleep(0.2)
-        yield root
-    finally:
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(OSError):
+            for name, value in _metrics(self.root).items():
+                self._totals[name] = self._totals.get(name, 0.0) + value
         process.terminate()
         try:
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        log.close()
+
+    def restart(self) -> None:
+        """Stop the proxy and start it again on the same port and store."""
+        self.stop()
+        self.restarts += 1
+        self.start()
+
+    def metrics(self) -> dict[str, float]:
+        """Totals of `/metrics` over every process so far (the running one included)."""
+        totals = dict(self._totals)
+        if self._process is not None:
+            with contextlib.suppress(OSError):
+                for name, value in _metrics(self.root).items():
+                    totals[name] = totals.get(name, 0.0) + value
+        return totals
+
+    def log(self) -> str:
+        path = self._folder / "proxy.log"
+        return path.read_text() if path.is_file() else ""
+
+
+@contextlib.contextmanager
+def running_proxy(upstream: str, profile: str, folder: Path) -> Iterator[ProxyProcess]:
+    """A started `ProxyProcess`, stopped on exit."""
+    proxy = ProxyProcess(upstream, profile, folder)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
 
 
 def _metrics(root: str) -> dict[str, float]:
@@ -238,18 +335,26 @@ def _head_and_items(api: str, body: Mapping[str, Any]) -> tuple[str, list[Any]]:
 
 
 def mark_places(body: Mapping[str, Any]) -> frozenset[tuple[str, int, int]]:
-    """Where a Messages body carries marks: (`tools` / `system`, index, 0) per marked tool or
-    system block, (`messages`, n, k) for block k from the end of message n from the end (so
-    places stay comparable when the proxy splices a recall exchange in earlier)."""
+    """Where a Messages body carries marks: (`tools/<name>`, 0, 0) per marked tool, (`system`,
+    index, 0) per marked system block, (`messages`, n, k) for block k from the end of message n
+    from the end (so places stay comparable when the proxy splices a recall exchange in
+    earlier)."""
     out: set[tuple[str, int, int]] = set()
-    for part in ("tools", "system"):
-        blocks = body.get(part)
-        if isinstance(blocks, list):
-            out.update(
-                (part, i, 0)
-                for i, b in enumerate(blocks)
-                if isinstance(b, Mapping) and b.get("cache_control")
-            )
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        # By name: the proxy sorts the tools (README), so an index would move.
+        out.update(
+            (f"tools/{t.get('name')}", 0, 0)
+            for t in tools
+            if isinstance(t, Mapping) and t.get("cache_control")
+        )
+    blocks = body.get("system")
+    if isinstance(blocks, list):
+        out.update(
+            ("system", i, 0)
+            for i, b in enumerate(blocks)
+            if isinstance(b, Mapping) and b.get("cache_control")
+        )
     messages = body.get("messages") or []
     for n, message in enumerate(reversed(messages)):
         content = message.get("content") if isinstance(message, Mapping) else None
@@ -274,12 +379,35 @@ def client_requests(thread: list[ReplayRecord]) -> list[ReplayRecord]:
     return out
 
 
+def chained_bodies(records: list[ReplayRecord]) -> list[Mapping[str, Any]]:
+    """Each record's body as the model saw it: a Responses body that names a
+    `previous_response_id` gets that response's input and output items in front of its own
+    (the stateful mode sends only the new items); other bodies as sent."""
+    seen: dict[str, list[Any]] = {}
+    out: list[Mapping[str, Any]] = []
+    for record in records:
+        body = record.body
+        previous = body.get("previous_response_id") if record.api == "responses" else None
+        if isinstance(previous, str) and previous in seen:
+            raw = body.get("input")
+            own = raw if isinstance(raw, list) else [{"role": "user", "content": raw}]
+            items = [*seen[previous], *own]
+            body = {k: v for k, v in body.items() if k != "previous_response_id"} | {"input": items}
+        if record.api == "responses" and record.response_id:
+            raw = body.get("input")
+            items = raw if isinstance(raw, list) else [{"role": "user", "content": raw}]
+            seen[record.response_id] = [*items, *(record.response or {}).get("output", [])]
+        out.append(body)
+    return out
+
+
 def prefix_breaks(api: str, thread: list[ReplayRecord]) -> list[int]:
     """Indexes where a request does not start with the previous one's items (marks aside)."""
     out: list[int] = []
+    bodies = chained_bodies(thread)
     for k in range(1, len(thread)):
-        head_a, items_a = _head_and_items(api, thread[k - 1].body)
-        head_b, items_b = _head_and_items(api, thread[k].body)
+        head_a, items_a = _head_and_items(api, bodies[k - 1])
+        head_b, items_b = _head_and_items(api, bodies[k])
         if head_a != head_b or items_b[: len(items_a)] != items_a:
             out.append(k)
     return out
@@ -329,32 +457,48 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
     folder = cache / "runs" / client.name / mode
     shutil.rmtree(folder, ignore_errors=True)
     repo = make_repo(folder / "repo")
-    plan = PLANS[client.plan]
-    model = ScriptedModel(plan, str(repo))
+    if client.task == "long":
+        make_parts(repo)
+    git_init(repo)
+    plan = PLANS.get(client.plan)
+    model: ScriptedModel | AiderModel | LongModel
+    if client.task == "long":
+        model = LONG_MODELS[client.plan]()
+    elif plan is None:
+        model = AiderModel()
+    else:
+        model = ScriptedModel(plan, str(repo))
     rules = ProviderRules()
     profile = client.profile or PROFILES[client.api]
     provider = ReplayProvider(ReplayScript([]), profile, responder=model, rules=rules)
     metrics: dict[str, float] = {}
     proxy_log = ""
+    restarts = 0
     with provider:
         upstream = provider.base_url.removesuffix("/v1")
         if mode == "proxied":
-            with running_proxy(upstream, profile, folder) as root:
-                run = client.run(cache, root, repo, folder / "home")
-                metrics = _metrics(root)
-            proxy_log = (folder / "proxy.log").read_text()
+            with running_proxy(upstream, profile, folder) as proxy:
+                run = client.run(cache, proxy.root, repo, folder / "home", proxy.restart)
+                metrics = proxy.metrics()
+            proxy_log, restarts = proxy.log(), proxy.restarts
         else:
-            run = client.run(cache, upstream, repo, folder / "home")
+            run = client.run(cache, upstream, repo, folder / "home", lambda: None)
     records = provider.records
     requests = cache / "requests"
     requests.mkdir(parents=True, exist_ok=True)
     provider.write_log(requests / f"{client.name}-{mode}.jsonl")
-    thread = [r for r in records if plan.tools <= _tool_names(r.body)]
+    if isinstance(model, LongModel):
+        thread = [r for r in records if model.tools <= _tool_names(r.body)]
+    elif plan is None:  # aider: its edit turns (no tools; the commit messages are side calls)
+        thread = [r for r in records if is_edit_request(r.body)]
+    else:
+        thread = [r for r in records if plan.tools <= _tool_names(r.body)]
     if thread:
         first = json.dumps(thread[0].body, indent=1)
         (requests / f"{client.name}-{mode}-first.json").write_text(first)
     maintenance = int(metrics.get("cachepilot_proxy_maintenance_epochs_total", 0))
     module = repo / MODULE_PATH
+    text = module.read_text(encoding="utf-8")
     return Outcome(
         client=client.name,
         mode=mode,
@@ -362,16 +506,30 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
         records=records,
         refusals=list(rules.refusals),
         files=snapshot(repo),
-        edited=EDIT_NEW in module.read_text(encoding="utf-8"),
-        executed=executed_tools(client.api, thread[-1].body, str(repo)) if thread else [],
+        edited=long_edits_applied(text) == LONG_EDITS
+        if isinstance(model, LongModel)
+        else EDIT_NEW in text
+        if plan is not None
+        else applied_edits(text) == len(EDITS),
+        executed=executed_tools(client.api, chained_bodies(thread)[-1], str(repo))
+        if thread
+        else [],
         breaks=prefix_breaks(client.api, thread),
         marks=[mark_places(r.body) for r in client_requests(thread)]
         if client.api == "anthropic"
         else [],
         maintenance=maintenance,
-        recalls=model.recalls,
+        recalls=model.recalls if isinstance(model, ScriptedModel) else 0,
         proxy_recalls=int(metrics.get("cachepilot_proxy_recalls_total", 0)),
         proxy_log=proxy_log,
+        dates=[request_date(r.body) for r in thread],
+        restarts=restarts,
+        profile=profile,
+        steps=[r for r in model.replies if r.startswith("s")]
+        if isinstance(model, LongModel)
+        else [],
+        compactions=model.compactions if isinstance(model, LongModel) else 0,
+        recent_view=model.final_view if isinstance(model, LongModel) else None,
     )
 
 
@@ -379,21 +537,49 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
     """The checks of one client's two runs."""
     verdict = Verdict(client, straight, proxied)
     fail = verdict.failures.append
+    if client.task == "aider":
+        _judge_aider(verdict)
+    if client.task == "long":
+        _judge_long(verdict)
     for outcome in (straight, proxied):
         tag = outcome.mode
         if outcome.run.returncode != 0:
             fail(f"{tag}: exit status {outcome.run.returncode}: {outcome.run.log[-800:]}")
-        if outcome.refusals:
-            fail(
-                f"{tag}: the upstream refused {len(outcome.refusals)} request(s): "
-                f"{outcome.refusals[0]}"
-            )
+        refused = [r for r in outcome.refusals if r not in client.probes]
+        if refused:
+            fail(f"{tag}: the upstream refused {len(refused)} request(s): {refused[0]}")
+        if client.task != "fix":
+            continue
         if outcome.run.answer.strip() != FINAL_ANSWER:
             fail(f"{tag}: final answer {outcome.run.answer[:200]!r}")
         if not outcome.edited:
             fail(f"{tag}: {MODULE_PATH} was not edited")
         if len(outcome.executed) < len(STEPS):
             fail(f"{tag}: {len(outcome.executed)} of {len(STEPS)} task steps reached the upstream")
+    if sorted(proxied.refusals) != sorted(straight.refusals):
+        fail(f"refusals differ: {straight.refusals} straight, {proxied.refusals} proxied")
+    # A long session's history is compacted (its last request holds a few steps, and
+    # compaction requests shift the request indexes): its steps are compared in `_judge_long`.
+    if client.task != "long":
+        _compare_requests(verdict)
+    if client.cost_cap is not None and proxied.cost_usd > straight.cost_usd * client.cost_cap:
+        fail(
+            f"the proxied run costs {proxied.cost_usd / straight.cost_usd:.4f}x straight "
+            f"(at most {client.cost_cap}x)"
+        )
+    allowed = len(straight.breaks) + proxied.maintenance
+    if len(proxied.breaks) > allowed:
+        fail(
+            f"proxied prefix broke at requests {proxied.breaks} ({proxied.maintenance} maintenance "
+            f"points, {len(straight.breaks)} breaks straight)"
+        )
+    return verdict
+
+
+def _compare_requests(verdict: Verdict) -> None:
+    """The request-by-request checks: the same tools, files, recalls and client marks."""
+    fail = verdict.failures.append
+    straight, proxied = verdict.straight, verdict.proxied
     if straight.executed != proxied.executed:
         fail(f"different tools executed: {straight.executed} vs {proxied.executed}")
     if straight.files != proxied.files:
@@ -416,13 +602,73 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
         if not own <= seen:
             fail(f"request {k}: the client's marks {sorted(own - seen)} did not reach the upstream")
             break
-    allowed = len(straight.breaks) + proxied.maintenance
-    if len(proxied.breaks) > allowed:
+
+
+def _two_days(dates: list[str | None]) -> bool:
+    """`dates` is one day's date, then (at least once, to the end) the next day's."""
+    if not dates or dates[0] is None:
+        return False
+    first = datetime.date.fromisoformat(dates[0])
+    later = (first + datetime.timedelta(days=1)).isoformat()
+    split = next((k for k, d in enumerate(dates) if d != dates[0]), len(dates))
+    return 0 < split < len(dates) and all(d == later for d in dates[split:])
+
+
+def _judge_aider(verdict: Verdict) -> None:
+    """aider's own checks: every edit applied in both runs, each session's requests carry
+    that session's date, and the proxy was restarted once."""
+    fail = verdict.failures.append
+    for outcome in (verdict.straight, verdict.proxied):
+        tag = outcome.mode
+        if outcome.run.answer != f"{len(EDITS)} of {len(EDITS)} edits applied":
+            fail(f"{tag}: {outcome.run.answer or 'no edit applied'}")
+        if not _two_days(outcome.dates):
+            fail(
+                f"{tag}: the edit requests carried the dates {outcome.dates}: not one date in "
+                "the first session and the next day's in the second"
+            )
+    if verdict.proxied.restarts != 1:
+        fail(f"the proxy was restarted {verdict.proxied.restarts} times, not once")
+
+
+def _judge_long(verdict: Verdict) -> None:
+    """A long session's checks: the same steps and edits in both runs, the answer, a
+    compaction straight (else the session proves nothing), and a smaller bill proxied."""
+    fail = verdict.failures.append
+    straight, proxied = verdict.straight, verdict.proxied
+    for outcome in (straight, proxied):
+        if outcome.run.answer.strip() != LONG_ANSWER:
+            fail(f"{outcome.mode}: final answer {outcome.run.answer[:200]!r}")
+        if not outcome.edited:
+            fail(f"{outcome.mode}: not all {LONG_EDITS} edits were made")
+    if straight.files != proxied.files:
+        fail("different files at the end")
+    if straight.steps != proxied.steps:
+        fail(f"different steps: {len(straight.steps)} straight, {len(proxied.steps)} proxied")
+    if straight.compactions == 0:
+        fail("the straight run never compacted: the session is too short to measure")
+    if proxied.cost_usd >= straight.cost_usd:
         fail(
-            f"proxied prefix broke at requests {proxied.breaks} ({proxied.maintenance} maintenance "
-            f"points, {len(straight.breaks)} breaks straight)"
+            f"the proxied session costs {proxied.cost_usd / straight.cost_usd:.3f}x straight "
+            "(it must cost less)"
         )
-    return verdict
+
+
+def long_note(verdicts: list[Verdict]) -> str:
+    """What each long session's model still saw at the end, and what it cost."""
+    lines = []
+    for v in verdicts:
+        if v.client.task != "long":
+            continue
+        s, p = v.straight, v.proxied
+        ratio = p.cost_usd / s.cost_usd if s.cost_usd else 0.0
+        lines.append(
+            f"- {v.client.name}: {len(s.steps)} steps; compactions {s.compactions} straight, "
+            f"{p.compactions} proxied; cost ${s.cost_usd:.2f} straight, ${p.cost_usd:.2f} "
+            f"proxied ({ratio:.3f}x); of the last {RECENT} log parts the final request held "
+            f"{s.recent_view} whole straight, {p.recent_view} proxied."
+        )
+    return "\n".join(lines)
 
 
 def _row(v: Verdict) -> list[str]:
@@ -435,6 +681,7 @@ def _row(v: Verdict) -> list[str]:
         f"{s.input_tokens:,} / {p.input_tokens:,}",
         f"{1 - ratio:.1%}",
         f"{p.body_bytes / s.body_bytes:.2f}x" if s.body_bytes else "-",
+        f"{p.cost_usd / s.cost_usd:.3f}x" if s.cost_usd else "-",
         f"{s.prefix_share:.1%} / {p.prefix_share:.1%}",
         f"{len(p.breaks)} ({p.maintenance})",
         str(p.recalls),
@@ -449,6 +696,7 @@ HEADER = [
     "input tokens straight / proxied",
     "input saving",
     "bytes proxied/straight",
+    "cost proxied/straight",
     "prefix share straight / proxied",
     "prefix breaks (maintenance)",
     "recalls",
@@ -464,9 +712,9 @@ def table(verdicts: list[Verdict]) -> str:
 
 def write_docs(path: Path, verdicts: list[Verdict], command: str) -> None:
     """Regenerate the results section of docs/real-clients.md."""
-    versions = ", ".join(
-        VERSIONS.get(v.client.name, "") for v in verdicts if v.client.name in VERSIONS
-    )
+    seen = {v.client.name.split("-")[0] for v in verdicts}
+    prefixes = {key.split("-")[0]: key for key in VERSIONS}
+    versions = ", ".join(VERSIONS[prefixes[p]] for p in prefixes if p in seen)
     marker = "<!-- results -->"
     text = path.read_text(encoding="utf-8") if path.is_file() else f"{marker}\n"
     head = text.split(marker, 1)[0]
@@ -475,13 +723,29 @@ def write_docs(path: Path, verdicts: list[Verdict], command: str) -> None:
         f"{versions}; Python clients openai and anthropic from the project's lock).\n\n"
         f"{table(verdicts)}\n"
     )
+    note = long_note(verdicts)
+    if note:
+        body += f"\nLong sessions (`--long`):\n\n{note}\n"
     path.write_text(head + body, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the suite; see the module docstring for the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--clients", default=",".join(CLIENTS), help="comma-separated client names")
+    parser.add_argument(
+        "--clients",
+        help="comma-separated client names (default: the CI set, or every client with --full)",
+    )
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help="also run the long sessions (64 steps, minutes per client; docs/real-clients.md)",
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="also run the heaviest variants (clients marked full; see docs/real-clients.md)",
+    )
     parser.add_argument(
         "--skip-unreachable",
         action="store_true",
@@ -498,7 +762,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="clients run side by side (default 2)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    names = [n.strip() for n in args.clients.split(",") if n.strip()]
+    default = [
+        n
+        for n, c in CLIENTS.items()
+        if (c.task == "long" and args.long) or (c.task != "long" and (args.full or not c.full))
+    ]
+    names = [n.strip() for n in (args.clients or ",".join(default)).split(",") if n.strip()]
     unknown = [n for n in names if n not in CLIENTS]
     if unknown:
         parser.error(f"unknown clients {unknown}; known: {', '.join(CLIENTS)}")
@@ -534,10 +803,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  - {failure}", flush=True)
     if verdicts:
         print(table(verdicts))
+        note = long_note(verdicts)
+        if note:
+            print(note)
     if args.docs and verdicts:
         command = (
             "uv run python benchmarks/real_clients/run.py"
-            + (f" --clients {args.clients}" if args.clients != ",".join(CLIENTS) else "")
+            + (" --full" if args.full else "")
+            + (" --long" if args.long else "")
+            + (f" --clients {args.clients}" if args.clients else "")
             + f" --docs {args.docs}"
         )
         write_docs(args.docs, verdicts, command)

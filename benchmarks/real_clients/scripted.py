@@ -26,7 +26,7 @@ from cachepilot.messages import Message, ReasoningPart, ToolCall
 from cachepilot.sim.render import Request
 from cachepilot.wire import Api
 
-__all__ = ["PLANS", "Plan", "ScriptedModel"]
+__all__ = ["PLANS", "Plan", "ScriptedModel", "side_answer"]
 
 _STEP_ID = re.compile(r"_cp_s(\d+)$")
 _RECALL_ID = re.compile(r"_cp_recall$")
@@ -68,6 +68,11 @@ _COMMANDS = {
 }
 
 
+LARGE_LOG_COMMAND = f"tail -c 120000 {LOG_PATH}"
+"""The log step where a client sends up to 128,000 characters inline (the error is in the last
+120,000 characters)."""
+
+
 def _claude_code(step: str, root: str) -> tuple[str, dict[str, Any]]:
     module = f"{root}/{MODULE_PATH}"
     if step == "read":
@@ -82,6 +87,34 @@ def _claude_code(step: str, root: str) -> tuple[str, dict[str, Any]]:
     if step == "edit":
         return "Edit", {"file_path": module, "old_string": EDIT_OLD, "new_string": EDIT_NEW}
     return "Bash", {"command": _COMMANDS[step], "description": f"Task step: {step}"}
+
+
+def _claude_code_large(step: str, root: str) -> tuple[str, dict[str, Any]]:
+    if step == "log":
+        return "Bash", {"command": LARGE_LOG_COMMAND, "description": "Task step: log"}
+    return _claude_code(step, root)
+
+
+def _opencode(step: str, root: str) -> tuple[str, dict[str, Any]]:
+    module = f"{root}/{MODULE_PATH}"
+    if step == "read":
+        return "read", {"filePath": module}
+    if step == "grep":
+        return "grep", {"pattern": "REQUEST_TIMEOUT", "path": f"{root}/src"}
+    if step == "edit":
+        return "edit", {"filePath": module, "oldString": EDIT_OLD, "newString": EDIT_NEW}
+    return "bash", {"command": _COMMANDS[step], "description": f"Task step: {step}"}
+
+
+def _opencode_patch(step: str, root: str) -> tuple[str, dict[str, Any]]:
+    """OpenCode offers GPT models `apply_patch` instead of `edit`."""
+    if step == "edit":
+        patch = (
+            f"*** Begin Patch\n*** Update File: {MODULE_PATH}\n@@\n-{EDIT_OLD}\n+{EDIT_NEW}\n"
+            "*** End Patch"
+        )
+        return "apply_patch", {"patchText": patch}
+    return _opencode(step, root)
 
 
 def _codex(step: str, _root: str) -> tuple[str, dict[str, Any]]:
@@ -130,12 +163,19 @@ def _submit(_root: str) -> tuple[str, dict[str, Any]]:
 
 PLANS: dict[str, Plan] = {
     "claude-code": Plan("toolu", frozenset({"Bash", "Read", "Edit", "Grep"}), _claude_code),
-    "claude-code-parallel": Plan(
-        "toolu", frozenset({"Bash", "Read", "Edit", "Grep"}), _claude_code, recall_next=True
+    "claude-code-large": Plan(
+        "toolu", frozenset({"Bash", "Read", "Edit", "Grep"}), _claude_code_large
+    ),
+    "claude-code-large-parallel": Plan(
+        "toolu", frozenset({"Bash", "Read", "Edit", "Grep"}), _claude_code_large, recall_next=True
     ),
     "codex": Plan("call", frozenset({"exec_command"}), _codex, reasoning=True),
     "codex-parallel": Plan(
         "call", frozenset({"exec_command"}), _codex, reasoning=True, recall_next=True
+    ),
+    "opencode": Plan("toolu", frozenset({"bash", "read", "edit", "grep"}), _opencode),
+    "opencode-patch": Plan(
+        "call", frozenset({"bash", "read", "apply_patch", "grep"}), _opencode_patch
     ),
     "mini-swe-agent": Plan("call", frozenset({"bash"}), _bash, final=_submit),
     "gemini-cli": Plan(
@@ -166,7 +206,7 @@ def _tool_names(api: Api, body: Mapping[str, Any]) -> set[str]:
     return names
 
 
-def _side_answer(request: Request) -> str:
+def side_answer(request: Request) -> str:
     """What a client's side call asks for: a command's prefix, the paths a command touched."""
     system = request.system or ""
     last = request.messages[-1].text if request.messages else ""
@@ -196,7 +236,7 @@ class ScriptedModel:
         """The reply to one model request."""
         tools = _tool_names(api, body)
         if not self.plan.tools <= tools:
-            return self._reply("warmup", Message("assistant", _side_answer(request)), api)
+            return self._reply("warmup", Message("assistant", side_answer(request)), api)
         done: set[int] = set()
         recalled = False
         results: dict[str, str] = {}

@@ -9,6 +9,8 @@ the module, grep for the setting, fix it, run the check, answer. The scripted mo
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
 from pathlib import Path
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "MODULE_PATH",
     "PROMPT",
     "STEPS",
+    "git_init",
     "make_repo",
     "snapshot",
 ]
@@ -39,7 +42,8 @@ PROMPT = (
     "run tests/check.py and tell me what you changed."
 )
 _TIMEOUT_LINE = 1500
-_IGNORED = (".git", "__pycache__", ".codex", ".claude")
+_IGNORED = (".git", "__pycache__", ".codex", ".claude", ".aider.tags.cache.v4")
+"""Client state folders (aider's tag cache, SQLite, differs byte-wise between runs)."""
 
 
 def _build_log() -> str:
@@ -98,6 +102,32 @@ def make_repo(root: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     return root
+
+
+GIT_DATE = "2026-01-05T09:00:00+00:00"
+"""Author and commit date of the scratch repository's first commit (the same in every run, so
+both runs see the same history)."""
+
+
+def git_init(root: Path) -> None:
+    """Make `root` a git repository with one commit of its files (a client must see this
+    repository, never the one the suite runs from)."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(root),
+        "GIT_AUTHOR_NAME": "dev",
+        "GIT_AUTHOR_EMAIL": "dev@example.com",
+        "GIT_COMMITTER_NAME": "dev",
+        "GIT_COMMITTER_EMAIL": "dev@example.com",
+        "GIT_AUTHOR_DATE": GIT_DATE,
+        "GIT_COMMITTER_DATE": GIT_DATE,
+    }
+    for command in (
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-q", "-m", "Initial commit"],
+    ):
+        subprocess.run(command, cwd=root, env=env, check=True, capture_output=True)
 
 
 def snapshot(root: Path) -> dict[str, str]:

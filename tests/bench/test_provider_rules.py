@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cachepilot.messages import Message
+from cachepilot.messages import Message, ToolCall
 from cachepilot.wire import WireError
 from cachepilot_bench.provider_rules import ProviderRules, anthropic_cache_blocks
 from cachepilot_bench.replay import ReplayProvider, ReplayScript
@@ -168,6 +168,43 @@ def test_responses_call_ids_and_reasoning_items() -> None:
         rules.check("responses", {"input": [{**reasoning, "id": "rs_9"}, call, output]})
     with pytest.raises(WireError, match="could not be verified"):
         rules.check("responses", {"input": [{**reasoning, "encrypted_content": "x"}, call, output]})
+
+
+def test_responses_outputs_answer_the_calls_previous_response_id_left_open() -> None:
+    rules = ProviderRules()
+    output = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    rules.check("responses", {"input": [output]}, frozenset({"c1"}))
+    with pytest.raises(WireError, match="No tool call found for function call output"):
+        rules.check("responses", {"input": [output]}, frozenset({"c2"}))
+    with pytest.raises(WireError, match="No tool output found for function call c1"):
+        rules.check("responses", {"input": [{"role": "user", "content": "hi"}]}, frozenset({"c1"}))
+    with pytest.raises(WireError, match="No tool output found for function call c1"):
+        rules.check("responses", {"input": "hi"}, frozenset({"c1"}))
+
+
+def _calls_once(_api: str, _body: object, request: Any) -> Message:
+    if any(m.role == "tool" for m in request.messages):
+        return Message("assistant", "done")
+    return Message("assistant", "", tool_calls=(ToolCall("c1", "bash", "{}"),))
+
+
+def test_the_replay_provider_pairs_outputs_across_previous_response_id() -> None:
+    rules = ProviderRules()
+    with ReplayProvider(
+        ReplayScript([]), "openai-gpt-5.4", responder=_calls_once, rules=rules
+    ) as provider:
+        client = openai.OpenAI(base_url=provider.base_url, api_key="x", max_retries=0)
+        first = client.responses.create(model="m", input="go")
+        output = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+        done = client.responses.create(
+            model="m",
+            input=[output],  # type: ignore[list-item]
+            previous_response_id=first.id,
+        )
+        assert done.output_text == "done"
+        with pytest.raises(openai.BadRequestError, match="No tool output found for function"):
+            client.responses.create(model="m", input="again", previous_response_id=first.id)
+    assert len(rules.refusals) == 1
 
 
 def _echo(_api: str, _body: object, _request: object) -> Message:

@@ -28,6 +28,7 @@ def _load(name: str) -> ModuleType:
 
 
 run = _load("run")
+aider = _load("aider_client")
 scripted = _load("scripted")
 task = _load("task")
 
@@ -84,8 +85,8 @@ def test_the_model_walks_the_steps_and_answers() -> None:
     assert _reply("python", side).text == "OK."
 
 
-def _records(*bodies: dict[str, Any]) -> list[Any]:
-    return [SimpleNamespace(body=b) for b in bodies]
+def _records(*bodies: dict[str, Any], api: str = "anthropic") -> list[Any]:
+    return [SimpleNamespace(body=b, api=api, response_id="", response={}) for b in bodies]
 
 
 def test_prefix_breaks_ignore_moved_marks_and_catch_rewritten_history() -> None:
@@ -132,3 +133,163 @@ def test_executed_tools_leave_recall_out_and_the_repository_path_neutral() -> No
         ]
     }
     assert run.executed_tools("responses", body, "/r") == [("sh", '{"p": "<repo>/x"}')]
+
+
+def test_chained_bodies_put_the_named_response_in_front_and_keep_the_prefix() -> None:
+    user = {"role": "user", "content": "go"}
+    call = {"type": "function_call", "call_id": "call_cp_s0", "name": "run", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "call_cp_s0", "output": "ok"}
+    first = SimpleNamespace(
+        body={"input": [user]}, api="responses", response_id="resp_0", response={"output": [call]}
+    )
+    second = SimpleNamespace(
+        body={"input": [output], "previous_response_id": "resp_0"},
+        api="responses",
+        response_id="resp_1",
+        response={"output": []},
+    )
+    bodies = run.chained_bodies([first, second])
+    assert bodies[1]["input"] == [user, call, output]
+    assert "previous_response_id" not in bodies[1]
+    assert run.prefix_breaks("responses", [first, second]) == []
+    assert run.executed_tools("responses", bodies[1], "/r") == [("run", "{}")]
+    # Without the chain the delta alone would look like a rewritten history.
+    unchained = SimpleNamespace(**{**vars(second), "body": {"input": [output]}})
+    assert run.prefix_breaks("responses", [first, unchained]) == [1]
+
+
+def test_mark_places_name_tools_so_a_sorted_tool_list_keeps_its_marks() -> None:
+    mark = {"type": "ephemeral"}
+    client = {"tools": [{"name": "b"}, {"name": "a", "cache_control": mark}], "messages": []}
+    proxied = {"tools": [{"name": "a", "cache_control": mark}, {"name": "b"}], "messages": []}
+    assert run.mark_places(client) == run.mark_places(proxied) == {("tools/a", 0, 0)}
+    moved = {"tools": [{"name": "a"}, {"name": "b", "cache_control": mark}], "messages": []}
+    assert run.mark_places(client) != run.mark_places(moved)
+
+
+def _aider_body(*texts: str, system: str = "Use SEARCH/REPLACE blocks.") -> dict[str, Any]:
+    messages = [{"role": "system", "content": system}]
+    messages += [{"role": "user", "content": t} for t in texts]
+    return {"messages": messages}
+
+
+def _aider_reply(body: dict[str, Any]) -> Any:
+    model = aider.AiderModel()
+    return model("chat", body, parse_body(body, api="chat").request), model.replies
+
+
+def test_the_aider_model_edits_the_line_it_sees_and_cannot_without_the_file() -> None:
+    name, value = aider.EDITS[0]
+    seen = _aider_body(f"{task.MODULE_PATH}\n```\n{name} = 700\n```", aider.prompt(0))
+    reply, replies = _aider_reply(seen)
+    assert f"<<<<<<< SEARCH\n{name} = 700\n=======\n{name} = {value}\n" in reply.text
+    assert replies == ["edit 1"]  # turns are numbered from 1, as the user writes them
+    folded = _aider_body("[earlier conversation folded: 9 messages]", aider.prompt(0))
+    reply, replies = _aider_reply(folded)
+    assert f"<<<<<<< SEARCH\n{name} = ?\n" in reply.text and replies == ["blind 1"]
+    commit = _aider_body("diff ...", system="Write a commit message.")
+    reply, replies = _aider_reply(commit)
+    assert reply.text == aider.COMMIT_MESSAGE and replies == ["side"]
+
+
+def test_applied_edits_count_each_new_value_on_its_own_line() -> None:
+    lines = [f"{n} = {v}" for n, v in aider.EDITS[:3]] + [f"{aider.EDITS[3][0]} = 1"]
+    assert aider.applied_edits("\n" + "\n".join(lines) + "\n") == 3
+    assert aider.applied_edits("\nLIMIT_0100 = 90010\n") == 0
+
+
+def test_request_date_reads_the_date_or_the_value_of_its_placeholder() -> None:
+    plain = _aider_body("hi", system="SEARCH/REPLACE\n- Current date: 2026-11-28\n")
+    assert aider.request_date(plain) == "2026-11-28"
+    placeholder = _aider_body(
+        "<context>\n{{date_1}} = 2026-11-29\n</context>\nhi",
+        system="SEARCH/REPLACE\n- Current date: {{date_1}}\n",
+    )
+    assert aider.request_date(placeholder) == "2026-11-29"
+    unresolved = _aider_body("hi", system="SEARCH/REPLACE\n- Current date: {{date_1}}\n")
+    assert aider.request_date(unresolved) is None
+    assert aider.request_date(_aider_body("hi")) is None
+
+
+def test_two_days_wants_one_date_then_the_next_days_to_the_end() -> None:
+    assert run._two_days(["2026-11-28", "2026-11-28", "2026-11-29"])
+    assert run._two_days(["2026-12-31", "2027-01-01"])
+    assert not run._two_days(["2026-11-28", "2026-11-28"])  # no second session date
+    assert not run._two_days(["2026-11-28", "2026-11-29", "2026-11-28"])
+    assert not run._two_days(["2026-11-28", "2026-11-30"])
+    assert not run._two_days([None, "2026-11-29"])
+    assert not run._two_days([])
+
+
+long = _load("long_session")
+
+
+def _anthropic_request(messages: list[dict[str, Any]], tools: list[str]) -> tuple[Any, Any]:
+    body = {
+        "system": "s",
+        "tools": [{"name": n, "input_schema": {"type": "object"}} for n in tools],
+        "messages": messages,
+    }
+    return body, parse_body(body, api="anthropic").request
+
+
+def _long_history(steps: range, parts: dict[int, str]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": long.LONG_PROMPT}]
+    for k in steps:
+        use = {"type": "tool_use", "id": f"toolu_cp_l{k}", "name": "Bash", "input": {}}
+        messages.append({"role": "assistant", "content": [use]})
+        result = {"type": "tool_result", "tool_use_id": f"toolu_cp_l{k}", "content": parts[k]}
+        messages.append({"role": "user", "content": [result]})
+    return messages
+
+
+def test_the_long_model_keeps_its_progress_through_a_compaction(tmp_path: Path) -> None:
+    long.make_parts(tmp_path)
+    parts = {
+        k: (tmp_path / "logs" / f"part_{k:02d}.log").read_text() for k in range(long.LONG_STEPS)
+    }
+    model = long.LongModel("toolu", frozenset({"Bash"}), "Bash")
+    body, request = _anthropic_request(_long_history(range(20), parts), ["Bash"])
+    reply = model("anthropic", body, request)
+    assert reply.tool_calls[0].id == "toolu_cp_l20"
+    assert json.loads(reply.tool_calls[0].arguments)["command"] == "cat logs/part_20.log"
+    # The client asks for a summary: the model writes its progress into it ...
+    ask = "Your task is to create a detailed summary of the conversation so far."
+    body, request = _anthropic_request(
+        [
+            *_long_history(range(20), parts),
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": ask},
+        ],
+        ["Bash"],
+    )
+    summary = model("anthropic", body, request)
+    assert summary.tool_calls == () and "steps completed through s19" in summary.text
+    # ... and continues from it on the compacted history (step 15 was an edit).
+    body, request = _anthropic_request(
+        [{"role": "user", "content": f"{long.LONG_PROMPT}\n\n{summary.text}"}], ["Bash"]
+    )
+    after = model("anthropic", body, request)
+    assert after.tool_calls[0].id == "toolu_cp_l20"
+    assert model.compactions == 1
+    assert "sed -i" in long.step_command(15) and long.step_command(15).endswith(task.MODULE_PATH)
+
+
+def test_recent_in_view_counts_whole_parts_only(tmp_path: Path) -> None:
+    long.make_parts(tmp_path)
+    parts = {
+        k: (tmp_path / "logs" / f"part_{k:02d}.log").read_text() for k in range(long.LONG_STEPS)
+    }
+    _, everything = _anthropic_request(_long_history(range(long.LONG_STEPS), parts), ["Bash"])
+    assert long.recent_in_view(everything) == long.RECENT
+    cut = {**parts, 62: parts[62][:2000] + "\n[... reduced; recall(ref=...)]\n" + parts[62][-200:]}
+    _, reduced = _anthropic_request(_long_history(range(long.LONG_STEPS), cut), ["Bash"])
+    assert long.recent_in_view(reduced) == long.RECENT - 1
+    _, compacted = _anthropic_request(_long_history(range(20, 40), parts), ["Bash"])
+    assert long.recent_in_view(compacted) == 0  # none of the last 16 printed parts
+
+
+def test_long_edits_applied_counts_the_sessions_settings() -> None:
+    module = "\n".join(f"LIMIT_{k + 100:04d} = {7000 + k}" for k in (15, 31, 47)) + "\n"
+    assert long.long_edits_applied("\n" + module) == 3
+    assert long.LONG_EDITS == 4

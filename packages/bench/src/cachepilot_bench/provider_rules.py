@@ -12,7 +12,8 @@ so a test against it fails where the real API would. Checked:
 - Chat Completions: an assistant message with `tool_calls` followed by one `tool` message per
   call id; every `tool` message answering a preceding call; tool names of the documented alphabet.
 - Responses: every `function_call` / `custom_tool_call` with its output and every output with
-  its call (by `call_id`); a `reasoning` item followed by the item it belongs to; reasoning
+  its call (by `call_id`; with `previous_response_id`, the calls of the response it names
+  count as sent); a `reasoning` item followed by the item it belongs to; reasoning
   items this provider issued resent with their `id` and encrypted content unchanged.
 - Gemini `generateContent`: `cachepilot_bench.gemini_rules` (signatures echoed, results in
   call order, nothing next to a `cachedContent`).
@@ -102,8 +103,14 @@ class ProviderRules:
                     content = item.get("encrypted_content")
                     self._reasoning[item["id"]] = content if isinstance(content, str) else None
 
-    def check(self, api: Api, body: Mapping[str, Any]) -> None:
-        """Raise `WireError` with the provider's message when `body` breaks a rule."""
+    def check(
+        self, api: Api, body: Mapping[str, Any], open_calls: frozenset[str] = frozenset()
+    ) -> None:
+        """Raise `WireError` with the provider's message when `body` breaks a rule.
+
+        `open_calls`: the call ids a Responses body's `previous_response_id` left unanswered
+        (its outputs answer them, and must answer all of them).
+        """
         try:
             if api == "anthropic":
                 self._anthropic(body)
@@ -112,7 +119,7 @@ class ProviderRules:
             elif api == "gemini":
                 self.gemini.check(body)
             else:
-                self._responses(body)
+                self._responses(body, open_calls)
         except WireError as exc:
             with self._lock:
                 self.refusals.append(str(exc))
@@ -275,11 +282,14 @@ class ProviderRules:
 
     # ------------------------------------------------------------------ responses
 
-    def _responses(self, body: Mapping[str, Any]) -> None:
+    def _responses(self, body: Mapping[str, Any], open_calls: frozenset[str]) -> None:
         items = body.get("input")
         if not isinstance(items, list):
+            if open_calls:
+                missing_id = sorted(open_calls)[0]
+                raise WireError(f"No tool output found for function call {missing_id}.", "input")
             return  # a string input has no items to pair
-        calls: set[str] = set()
+        calls: set[str] = set(open_calls)
         outputs: set[str] = set()
         typed = [(i, it) for i, it in enumerate(items) if isinstance(it, Mapping)]
         for position, (i, item) in enumerate(typed):

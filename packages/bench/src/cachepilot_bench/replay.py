@@ -536,13 +536,20 @@ class ReplayProvider:
                 logger.info("replay provider rejected a %s request: %s", api, exc)
                 return _error(api, 400, str(exc), param=exc.param)
 
+    def _open_calls(self, api: Api, body: Mapping[str, Any]) -> frozenset[str]:
+        """The calls a Responses body's `previous_response_id` leaves for it to answer."""
+        previous = body.get("previous_response_id") if api == "responses" else None
+        if not isinstance(previous, str) or previous not in self._conversations:
+            return frozenset()
+        return _open_calls_of(self._conversations[previous])
+
     def _serve(self, api: Api, path: str, body: dict[str, Any]) -> Response:
         stream = body.get("stream") is True
         if api == "gemini":
             found = gemini_path(path)
             stream = found is not None and found.streamed
         if self._rules is not None:
-            self._rules.check(api, body)
+            self._rules.check(api, body, self._open_calls(api, body))
         conversation: tuple[Message, ...] = ()
         breakpoints = None
         if api == "chat":
@@ -719,6 +726,12 @@ class ReplayProvider:
             usage.cached_tokens,
         )
         return response
+
+
+def _open_calls_of(history: tuple[Message, ...]) -> frozenset[str]:
+    """Call ids in `history` without a tool message answering them."""
+    calls = {c.id for m in history for c in m.tool_calls}
+    return frozenset(calls - {m.tool_call_id for m in history if m.tool_call_id})
 
 
 def _json(status: int, payload: Mapping[str, Any]) -> Response:
