@@ -43,17 +43,15 @@ from cachepilot.canonical.text import LEARNED_KIND
 from cachepilot.canonical.volatility import Baseline, learn, replace_learned, text_digest
 from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
+from cachepilot.proxy.family_docs import FAMILY_DOC_KEY, forget_member
 from cachepilot.proxy.memory import StoreUnavailableError, Threads
 from cachepilot.proxy.threads import ThreadId
-from cachepilot.state_store import StateStore
 from cachepilot.wire.body import STRONG_KEYS
 
 __all__ = ["FAMILY_DOC_KEY", "Families", "forget_member"]
 
 logger = logging.getLogger(__name__)
 
-FAMILY_DOC_KEY = "cachepilot_family"
-"""Marks a family document in the state store (it is not a thread's state)."""
 _MAX_MEMBERS = 64
 _MAX_FAMILIES = 4096
 _LAST_CHARS = 4096
@@ -316,18 +314,3 @@ class Families:
             await self.store.save(family, json.dumps(doc, ensure_ascii=False))
         except Exception:
             logger.warning("family %s: it could not be stored", thread_label(family), exc_info=True)
-
-
-async def forget_member(store: StateStore, family: str, thread: str) -> None:
-    """Remove `thread` (and the system prompt kept for it) from the stored family `family`;
-    the family's document goes with its last member (store failures raise)."""
-    saved = await store.load(family)
-    data = json.loads(saved) if saved else {}
-    if not isinstance(data, dict) or FAMILY_DOC_KEY not in data:
-        return
-    members = [m for m in data.get("members", ()) if m.get("thread") != thread]
-    if not members:
-        await store.delete(family)
-        return
-    data["members"] = members
-    await store.save(family, json.dumps(data, ensure_ascii=False))

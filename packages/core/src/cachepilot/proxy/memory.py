@@ -37,6 +37,7 @@ from typing import Any, NoReturn
 from cachepilot.messages import Message
 from cachepilot.pilot import CachePilot
 from cachepilot.proxy.calls import SeenCalls
+from cachepilot.proxy.family_docs import forget_member
 from cachepilot.proxy.forms import BlockForms
 from cachepilot.proxy.recall import Splices
 from cachepilot.sim import RenderedRequest
@@ -370,8 +371,6 @@ class Threads:
         """Forget thread `name`: memory, the pilot's state, views and archive, the stored
         document, its entry in its family's stored document, and the response ids that
         pointed at it (store failures raise)."""
-        from cachepilot.proxy.families import forget_member  # families builds on this module
-
         async with self._lock:
             held = self._threads.pop(name, None)
             for key in [k for k, v in self._responses.items() if v == name]:

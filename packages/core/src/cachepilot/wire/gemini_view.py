@@ -21,6 +21,7 @@ from typing import Any
 
 from cachepilot.messages import Message, TextPart
 from cachepilot.wire._common import Reader
+from cachepilot.wire.body_view import BodyView, Source
 from cachepilot.wire.gemini import (
     content_parts,
     gemini_content,
@@ -30,7 +31,6 @@ from cachepilot.wire.gemini import (
     system_texts,
     tools_body,
 )
-from cachepilot.wire.view import BodyView, Source
 
 __all__ = ["join_turns", "read_gemini_view", "resplice_gemini", "write_gemini"]
 

@@ -8,67 +8,19 @@ view back into the client's own body, copying everything else as received.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from cachepilot.messages import Message
 from cachepilot.wire._common import Api, Reader, WireError, text_of
 from cachepilot.wire.anthropic import read_anthropic
+from cachepilot.wire.body_view import BodyView, Source
 from cachepilot.wire.chat import chat_message
+from cachepilot.wire.gemini_view import read_gemini_view
 from cachepilot.wire.responses import responses_items
 
 __all__ = ["BodyView", "Source", "read_view"]
 
 _SEP = "\n\n"
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    """Where one neutral message came from in a request body.
-
-    Attributes:
-        index: the raw message index (`messages[index]`; for Responses, the first `input`
-            item).
-        end: one past the last raw element (Responses items; `index + 1` otherwise).
-        blocks: Anthropic only: the indices of the content blocks of `messages[index]` the
-            message was read from (empty when the content is a plain string).
-    """
-
-    index: int
-    end: int
-    blocks: tuple[int, ...] = ()
-
-
-@dataclass(slots=True)
-class BodyView:
-    """A request body in neutral form, with the provenance of every message.
-
-    Attributes:
-        api: the body's API.
-        body: the body as received (never mutated).
-        system: the system prompt as the wire readers build it (pieces joined by a blank line).
-        system_texts: the pieces joined into `system`, in order (system messages or blocks,
-            Responses `instructions` first).
-        head: Chat: raw leading system messages; Responses: leading system items of `input`.
-        messages: the conversation.
-        sources: one `Source` per message.
-        tools: the tool definitions as received.
-        breakpoints: Anthropic: indices of the messages carrying a `cache_control` mark (-1
-            for the system prompt or the tools); None when there is none.
-        stateful: Responses only: the body continues a conversation held by the server
-            (`previous_response_id` or `conversation`): it carries only the newest items.
-    """
-
-    api: Api
-    body: Mapping[str, Any]
-    system: str | None
-    system_texts: tuple[str, ...]
-    head: int
-    messages: list[Message]
-    sources: list[Source]
-    tools: tuple[Mapping[str, Any], ...]
-    breakpoints: list[int] | None = None
-    stateful: bool = False
 
 
 def read_view(body: Mapping[str, Any], api: Api) -> BodyView:
@@ -84,8 +36,6 @@ def read_view(body: Mapping[str, Any], api: Api) -> BodyView:
     if api == "responses":
         return _read_responses(body)
     if api == "gemini":
-        from cachepilot.wire.gemini_view import read_gemini_view  # it builds on this module
-
         return read_gemini_view(body)
     return _read_anthropic(body)
 
