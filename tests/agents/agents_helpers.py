@@ -31,6 +31,7 @@ def eager_config(**maintenance: Any) -> Config:
     evictions first: folds as large as they were before summaries scaled, so the stubs
     these tests watch reach the model before a fold takes them)."""
     defaults: dict[str, Any] = {
+        "prune": True,
         "protect_tool_tokens": 3_000,
         "protect_results": 2,
         "min_prune_tokens": 1_000,

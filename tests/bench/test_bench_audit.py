@@ -29,7 +29,7 @@ from cachepilot_bench.traces.session import Session
 from cachepilot_bench.variants import parse_variant
 
 # A setting that acts early on a short session: prunes and argument reductions pay at once.
-EAGER = "cachepilot[horizon=4,protect_results=1,protect_tool_tokens=500]"
+EAGER = "cachepilot[horizon=4,prune=true,protect_results=1,protect_tool_tokens=500]"
 CONFIG = BenchConfig(workers=1)
 
 

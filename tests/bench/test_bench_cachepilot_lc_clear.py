@@ -57,7 +57,9 @@ def test_clears_past_the_trigger_and_leaves_cachepilots_stubs() -> None:
     # Results under cachepilot's size gate, the last 250k tokens of them protected from its
     # pruning and no fold: its view passes LangChain's 100k trigger (approximate tokens)
     # while it stubs the older ones.
-    config = Config(maintenance=MaintenanceConfig(protect_tool_tokens=250_000, fold=False))
+    config = Config(
+        maintenance=MaintenanceConfig(prune=True, protect_tool_tokens=250_000, fold=False)
+    )
     calls = replay(transcript(80, 10_000), config)
     final = {m.tool_call_id: m.text for m in calls[-1].messages if m.role == "tool"}
     assert "[cleared]" in final.values()

@@ -223,7 +223,7 @@ def test_compressor_never_runs_on_already_sent_history() -> None:
     model = FakeModel()
     config = Config(
         maintenance=MaintenanceConfig(
-            schedule="fixed", every=1, protect_tool_tokens=0, protect_results=1,
+            prune=True, schedule="fixed", every=1, protect_tool_tokens=0, protect_results=1,
             min_prune_tokens=1, min_result_tokens=1, fold=False, stub_keeps_chars=0,
         )
     )  # fmt: skip

@@ -227,7 +227,7 @@ def test_pilot_marks_the_previous_anchor_at_a_maintenance_point() -> None:
     config = Config(
         provider="anthropic",
         maintenance=MaintenanceConfig(
-            schedule="fixed", every=1, protect_results=1, protect_tool_tokens=0
+            prune=True, schedule="fixed", every=1, protect_results=1, protect_tool_tokens=0
         ),
     )
     pilot = CachePilot(config, store=InMemoryArtifactStore())

@@ -53,6 +53,7 @@ MAINTENANCE: dict[str, Any] = {
 }
 EVICTING: dict[str, Any] = {
     **MAINTENANCE,
+    "prune": True,
     "fold_by_cost": False,
     "context_window": 30_000,
     "protect_tool_tokens": 2_500,

@@ -43,7 +43,9 @@ def test_candidates_respect_the_protected_tail() -> None:
     counter = TokenCounter(CharEncoding())
     messages = _turns([1000, 1000, 1000, 1000, 1000, 1000])
     keys = message_keys(messages)
-    cfg = MaintenanceConfig(protect_tool_tokens=2_500, protect_results=1, min_result_tokens=10)
+    cfg = MaintenanceConfig(
+        prune=True, protect_tool_tokens=2_500, protect_results=1, min_result_tokens=10
+    )
     cands = prune_candidates(messages, keys, counter, cfg, already=set())
     # Tool results sit at indices 2, 4, ..., 12; the last three (>= 2,500 tokens) are protected.
     assert [c.index for c in cands] == [2, 4, 6]
@@ -54,7 +56,9 @@ def test_candidates_respect_the_protected_tail() -> None:
         messages, keys, counter, cfg, already=set(), evictable={keys[4]: "superseded"}
     )
     assert [(c.index, c.kind) for c in evict] == [(2, "stub"), (4, "evict"), (6, "stub")]
-    turns = MaintenanceConfig(protect_tool_tokens=0, protect_results=0, protect_user_turns=1)
+    turns = MaintenanceConfig(
+        prune=True, protect_tool_tokens=0, protect_results=0, protect_user_turns=1
+    )
     assert prune_candidates(messages, keys, counter, turns, already=set()) == []
 
 
@@ -225,7 +229,7 @@ def test_requests_extend_between_maintenance_points(
 def test_maintenance_really_stubs_old_results_and_keeps_them_recallable() -> None:
     steps = [(1, [6_000, 0, 0], False) for _ in range(8)]
     maintenance = MaintenanceConfig(
-        schedule="fixed", every=2, protect_tool_tokens=500, protect_results=1
+        prune=True, schedule="fixed", every=2, protect_tool_tokens=500, protect_results=1
     )
     pilot = CachePilot(Config(maintenance=maintenance), store=InMemoryArtifactStore())
     views = [
@@ -241,7 +245,9 @@ def test_maintenance_really_stubs_old_results_and_keeps_them_recallable() -> Non
 
 def test_cost_schedule_waits_then_prunes_on_a_long_session() -> None:
     steps = [(1, [4_000, 0, 0], False) for _ in range(60)]
-    pilot = CachePilot(Config(), store=InMemoryArtifactStore())
+    # Pruning is opt-in (the audit found it losing money on recorded sessions).
+    config = Config(maintenance=MaintenanceConfig(prune=True))
+    pilot = CachePilot(config, store=InMemoryArtifactStore())
     for i, snap in enumerate(_build(steps)):
         pilot.prepare("sys", snap, (), "t", now=i * 10.0)
     applied = [d for d in pilot.state("t").decisions if d.apply]
@@ -293,6 +299,7 @@ def test_emergency_fold_after_a_context_length_error() -> None:
 
 def test_no_fold_when_pruning_is_enough() -> None:
     maintenance = MaintenanceConfig(
+        prune=True,
         context_window=40_000,
         fold_trigger=0.5,
         fold_protect_tokens=4_000,

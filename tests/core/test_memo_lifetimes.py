@@ -23,6 +23,7 @@ from cachepilot.sim.render import _memo_for
 from cachepilot.tokens import get_counter
 
 MAINTENANCE: dict[str, Any] = {
+    "prune": True,
     "protect_tool_tokens": 400,
     "protect_results": 1,
     "min_prune_tokens": 100,

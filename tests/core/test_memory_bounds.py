@@ -17,6 +17,7 @@ from cachepilot.messages import Message, ToolCall
 from cachepilot.pilot import CachePilot, Config
 
 MAINTENANCE: dict[str, Any] = {
+    "prune": True,
     "protect_tool_tokens": 400,
     "protect_results": 1,
     "min_prune_tokens": 100,

@@ -52,6 +52,7 @@ def _model_text(view: list[Message]) -> str:
 def _config(**maintenance: Any) -> Config:
     return Config(
         maintenance=MaintenanceConfig(
+            prune=True,
             schedule="fixed",
             every=1,
             protect_results=2,

@@ -949,7 +949,9 @@ def test_review_regressions() -> None:
     # A pruned tool result with an image part is archived whole (the image is recallable).
     image = ImagePart("data:image/png;base64," + "A" * 4_000, "image/png")
     parts = (TextPart("screenshot " + "x" * 20_000), image)
-    maint = MaintenanceConfig(schedule="fixed", every=1, protect_tool_tokens=0, protect_results=0)
+    maint = MaintenanceConfig(
+        prune=True, schedule="fixed", every=1, protect_tool_tokens=0, protect_results=0
+    )
     p2 = _memory_pilot(Config(maintenance=maint))
     call = ToolCall("c1", "shot", "{}")
     msgs = [

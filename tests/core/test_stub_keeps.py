@@ -43,6 +43,7 @@ def test_credentials_never_become_kept_values() -> None:
 
 def test_pruned_outputs_reach_the_model_as_stubs_with_their_values() -> None:
     maintenance = MaintenanceConfig(
+        prune=True,
         schedule="fixed",
         every=1,
         protect_tool_tokens=0,

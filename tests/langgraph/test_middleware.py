@@ -40,7 +40,8 @@ def _agent(model: ScriptedChatModel, pilot: CachePilot, checkpointer: Any = None
 
 
 def _pilot(**maintenance: Any) -> CachePilot:
-    config = Config(maintenance=maintenance) if maintenance else Config()
+    # Tests that set maintenance watch its edits: pruning (off by default) is on for them.
+    config = Config(maintenance={"prune": True, **maintenance}) if maintenance else Config()
     return CachePilot(config, store=InMemoryArtifactStore())
 
 
@@ -148,6 +149,7 @@ def test_resume_from_checkpoint_in_a_new_process_keeps_the_view(scripted) -> Non
     saver = InMemorySaver()
     config = {"configurable": {"thread_id": "r"}}
     settings = {
+        "prune": True,
         "protect_tool_tokens": 500,
         "protect_results": 1,
         "min_prune_tokens": 100,

@@ -21,7 +21,12 @@ from cachepilot_langgraph import CachePilotMiddleware
 
 def _pilot() -> CachePilot:
     maintenance = MaintenanceConfig(
-        schedule="fixed", every=1, protect_results=2, protect_tool_tokens=0, min_prune_tokens=0
+        prune=True,
+        schedule="fixed",
+        every=1,
+        protect_results=2,
+        protect_tool_tokens=0,
+        min_prune_tokens=0,
     )
     return CachePilot(Config(maintenance=maintenance), store=InMemoryArtifactStore())
 

@@ -50,6 +50,7 @@ def _summarizer(messages: list[BaseMessage], i: int) -> AIMessage:
 def _pilot(**maintenance: Any) -> CachePilot:
     # Maintenance every 3 calls with small protections: stubs happen within the short run.
     config = MaintenanceConfig(
+        prune=True,
         schedule="fixed",
         every=3,
         protect_results=2,

@@ -58,7 +58,8 @@ class State(MessagesState, PilotStateMixin):
 
 
 def _pilot(store: InMemoryArtifactStore | None = None, **maintenance: Any) -> CachePilot:
-    config = Config(maintenance=maintenance) if maintenance else Config()
+    # Tests that set maintenance watch its edits: pruning (off by default) is on for them.
+    config = Config(maintenance={"prune": True, **maintenance}) if maintenance else Config()
     return CachePilot(config, store=store or InMemoryArtifactStore())
 
 

@@ -69,8 +69,13 @@ class MaintenanceConfig(BaseModel):
     """Rewrite history at maintenance points at all."""
     evict: bool = True
     """Stub tool results of work units the lifecycle marks evictable."""
-    prune: bool = True
-    """Stub old tool results outside the protected tail."""
+    prune: bool = False
+    """Stub old tool results outside the protected tail (opt-in). Off by default because
+    `cachepilot bench --audit` found it losing money where it acts: on the recorded traces
+    it acted only on Claude Code in continuous mode, where its stubs predicted to save $0.0189
+    realized -$0.0345 (facts they removed were needed later, and the cost model does not price
+    their recall round trips); with it off, continuous $5.779 (0.383 x, visible fidelity
+    0.991) against $5.814 (0.386 x, 0.990), isolated the same (docs/audit.md)."""
     schedule: Literal["cost", "fixed"] = "cost"
     """`cost`: the cost model decides; `fixed`: apply pending edits every `every` calls."""
     every: int = 3
