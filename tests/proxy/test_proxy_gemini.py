@@ -252,8 +252,9 @@ def test_gemini_keys_scope_threads_apart() -> None:
 def test_gemini_volatile_date_stays_one_thread_with_a_byte_stable_instruction() -> None:
     """A date in the system instruction that changes between two calls of one session: one
     thread, the instruction sent byte-identical with a placeholder, and the value in the
-    dynamic-context block at the head of the first user turn (frozen until the thread's next
-    maintenance point, as in every format: `cachepilot.canonical`)."""
+    dynamic-context block at the head of the first user turn; the changed date reaches the
+    model in an update note appended to the newest turn, as in every format
+    (`cachepilot.canonical.notes`)."""
     replies: list[Any] = [
         Message("assistant", "Running the build.", tool_calls=(MAKE,)),
         Message("assistant", FINAL),
@@ -286,6 +287,9 @@ def test_gemini_volatile_date_stays_one_thread_with_a_byte_stable_instruction() 
     assert part["text"].endswith("Build the project.")
     n = len(first["contents"])
     assert second["contents"][:n] == first["contents"]
+    # The model reads the current date: an update note after the cached prefix.
+    tail = json.dumps(second["contents"][n:])
+    assert "<context-update>" in tail and days[1] in tail and days[0] not in tail
 
 
 @pytest.mark.parametrize("stream", [False, True])
