@@ -92,6 +92,15 @@ def split_like(text: str, pieces: Sequence[str]) -> list[str] | None:
     end (a context block at the system tail) stays with the last piece. None when the
     newlines do not line up (then the caller writes the text as one piece).
     """
+    return _cut_by_newlines(text, pieces, 2)
+
+
+def _cut_by_newlines(text: str, pieces: Sequence[str], gap: int) -> list[str] | None:
+    """Cut `text`, the rewrite of `pieces` joined by `gap` newlines, at the joins.
+
+    Rewrites keep every newline, so each join is found by counting the newlines its pieces
+    hold; a join must be `gap` adjacent newlines. None when they do not line up.
+    """
     if len(pieces) <= 1:
         return [text]
     newlines = [i for i, c in enumerate(text) if c == "\n"]
@@ -100,14 +109,14 @@ def split_like(text: str, pieces: Sequence[str]) -> list[str] | None:
     seen = 0
     for piece in pieces[:-1]:
         seen += piece.count("\n")
-        if seen + 1 >= len(newlines):
+        if seen + gap > len(newlines):
             return None
-        first, second = newlines[seen], newlines[seen + 1]
-        if second != first + 1:
+        join = newlines[seen : seen + gap]
+        if join[-1] - join[0] != gap - 1:
             return None
-        out.append(text[start:first])
-        start = second + 1
-        seen += 2
+        out.append(text[start : join[0]])
+        start = join[-1] + 1
+        seen += gap
     out.append(text[start:])
     if out[-1].count("\n") < pieces[-1].count("\n"):
         return None
@@ -174,31 +183,6 @@ def write_view(
     return body
 
 
-def _cut_at_newlines(text: str, pieces: Sequence[str]) -> list[str] | None:
-    """Cut `text` (a rewrite of `pieces` joined by single newlines, as a message's text parts
-    are joined) back into as many pieces, as `split_like` does for blank lines: rewrites keep
-    every newline, so the cut points are found by counting them. None when they do not
-    line up."""
-    if len(pieces) <= 1:
-        return [text]
-    newlines = [i for i, c in enumerate(text) if c == "\n"]
-    out: list[str] = []
-    start = 0
-    seen = 0
-    for piece in pieces[:-1]:
-        seen += piece.count("\n")
-        if seen >= len(newlines):
-            return None
-        cut = newlines[seen]
-        out.append(text[start:cut])
-        start = cut + 1
-        seen += 1
-    out.append(text[start:])
-    if out[-1].count("\n") < pieces[-1].count("\n"):
-        return None
-    return out
-
-
 def _content_text(content: Any, text: str) -> Any:
     """A system message's content with its text replaced, in the client's form: a string
     stays a string; a list keeps its parts (each text part its own piece of `text`, every
@@ -213,7 +197,7 @@ def _content_text(content: Any, text: str) -> Any:
     ]
     if not slots:
         return text
-    pieces = _cut_at_newlines(text, [content[k]["text"] for k in slots])
+    pieces = _cut_by_newlines(text, [content[k]["text"] for k in slots], 1)
     out = list(content)
     if pieces is None:
         out[slots[0]] = {**content[slots[0]], "text": text}
