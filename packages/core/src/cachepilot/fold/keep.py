@@ -125,9 +125,7 @@ def fold_stretches(
     bad = straddled(messages)
     out: list[tuple[int, int]] = []
     for first, stop in zip([start, *(k + 1 for k in kept)], [*kept, end], strict=True):
-        a, b = first, stop
-        while a < b and (bad[a] or messages[a].role == "tool"):
-            a += 1
+        a, b = _skip_forward(messages, bad, first, stop), stop
         while b > a and b < len(messages) and (bad[b] or messages[b].role == "tool"):
             b -= 1
         if a < b:
@@ -173,8 +171,12 @@ def fold_begin(
     )
     if not kept:
         return start
-    begin = kept[-1] + 1
-    bad = straddled(messages)
-    while begin < end and (bad[begin] or messages[begin].role == "tool"):
-        begin += 1
-    return begin
+    return _skip_forward(messages, straddled(messages), kept[-1] + 1, end)
+
+
+def _skip_forward(messages: Sequence[Message], bad: Sequence[bool], i: int, end: int) -> int:
+    """The first index from `i` (at most `end`) that starts no tool result and splits no
+    tool exchange."""
+    while i < end and (bad[i] or messages[i].role == "tool"):
+        i += 1
+    return i
