@@ -11,7 +11,8 @@ restarted proxy sends the same bytes.
 
 A call counts when it is answered. A request's preparation is saved before it is sent (so
 processes sharing the store agree on its plan), together with the state it was prepared
-over and a digest of the request (`ThreadMemory.unanswered`); the answer clears that mark.
+over (as a reverse delta from the stored one, `cachepilot.proxy.state_delta`) and a digest
+of the request (`ThreadMemory.unanswered`); the answer clears that mark.
 When the same request comes again while the mark stands (the client lost the first one: a
 dropped connection, a killed process, an upstream error), it is prepared over that earlier
 state, in whichever process it reaches: what one process that never saw the lost request
@@ -40,6 +41,7 @@ from cachepilot.proxy.calls import SeenCalls
 from cachepilot.proxy.family_docs import forget_member
 from cachepilot.proxy.forms import BlockForms
 from cachepilot.proxy.recall import Splices
+from cachepilot.proxy.state_delta import rebuild, reverse_delta
 from cachepilot.sim import RenderedRequest
 from cachepilot.state_store import StateStore, VersionedStateStore
 
@@ -72,9 +74,14 @@ def family_of(saved: str | None) -> str | None:
 
 
 class _Unanswered:
-    """A preparation sent upstream and not answered yet (stored with the thread)."""
+    """A preparation sent upstream and not answered yet (stored with the thread).
 
-    __slots__ = ("before", "digest", "token")
+    The document the preparation was made over (`before`) is stored as a reverse delta from
+    the document it is stored in (`cachepilot.proxy.state_delta`), not whole: a save stays
+    about the size of the thread's state, not twice it.
+    """
+
+    __slots__ = ("_parsed", "before", "digest", "token")
 
     def __init__(self, token: str, digest: str, before: str) -> None:
         self.token = token
@@ -83,17 +90,38 @@ class _Unanswered:
         """Digest of the client's request body."""
         self.before = before
         """The thread's document as it was before this preparation."""
+        self._parsed: Any = None
 
-    def to_json(self) -> dict[str, str]:
-        return {"token": self.token, "digest": self.digest, "before": self.before}
+    def to_json(self, document: dict[str, Any]) -> dict[str, Any]:
+        """What is stored inside `document` (the thread's document without this mark): the
+        earlier document as a delta from it, or whole when a delta would not give it back
+        byte for byte."""
+        if self._parsed is None:
+            self._parsed = json.loads(self.before)
+        delta = reverse_delta(self._parsed, document)
+        try:
+            exact = json.dumps(rebuild(document, delta), ensure_ascii=False) == self.before
+        except (ValueError, TypeError):
+            exact = False
+        if not exact:
+            return {"token": self.token, "digest": self.digest, "before": self.before}
+        return {"token": self.token, "digest": self.digest, "delta": delta}
 
     @classmethod
-    def from_json(cls, data: Any) -> _Unanswered | None:
+    def from_json(cls, data: Any, document: dict[str, Any]) -> _Unanswered | None:
+        """The mark stored in `document` (the thread's document, this mark taken out)."""
         if not isinstance(data, dict):
             return None
         token, digest, before = (data.get(k) for k in ("token", "digest", "before"))
-        if not (isinstance(token, str) and isinstance(digest, str) and isinstance(before, str)):
+        if not (isinstance(token, str) and isinstance(digest, str)):
             return None
+        if not isinstance(before, str):
+            if "delta" not in data:
+                return None
+            try:
+                before = json.dumps(rebuild(document, data["delta"]), ensure_ascii=False)
+            except (ValueError, TypeError, KeyError, IndexError):
+                return None
         return cls(token, digest, before)
 
 
@@ -258,12 +286,15 @@ class Threads:
     def _restore(self, memory: ThreadMemory, saved: str) -> None:
         try:
             data = json.loads(saved)
-            proxy = data.pop(_PROXY_KEY, None) if isinstance(data, dict) else None
+            proxy = data.get(_PROXY_KEY) if isinstance(data, dict) else None
+            mark = proxy.pop("unanswered", None) if isinstance(proxy, dict) else None
+            unanswered = None if mark is None else _Unanswered.from_json(mark, data)
+            data.pop(_PROXY_KEY, None)
             self.pilot.load_state(memory.name, data)
             memory.splices = Splices.from_json((proxy or {}).get("splices"))
             memory.calls = SeenCalls.from_json((proxy or {}).get("calls"))
             memory.blocks = BlockForms.from_json((proxy or {}).get("blocks"))
-            memory.unanswered = _Unanswered.from_json((proxy or {}).get("unanswered"))
+            memory.unanswered = unanswered
             family = (proxy or {}).get("family")
             memory.family = family if isinstance(family, str) else memory.family
         except Exception:
@@ -278,11 +309,12 @@ class Threads:
             "calls": memory.calls.to_json(),
             "blocks": memory.blocks.to_json(),
         }
-        if unanswered and memory.unanswered is not None:
-            proxy["unanswered"] = memory.unanswered.to_json()
         if memory.family is not None:
             proxy["family"] = memory.family
         doc[_PROXY_KEY] = proxy
+        if unanswered and memory.unanswered is not None:
+            mark = memory.unanswered.to_json(doc)  # over the document without the mark
+            proxy["unanswered"] = mark
         return json.dumps(doc, ensure_ascii=False)
 
     def begin(self, memory: ThreadMemory, digest: str) -> str:
