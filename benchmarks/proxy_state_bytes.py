@@ -26,8 +26,9 @@ from cachepilot.proxy import ProxyConfig, ProxyEngine
 from cachepilot.proxy.stores import open_stores
 
 HEADERS = {"authorization": "Bearer sk-bench", "x-cachepilot-thread": "bench-session"}
-TOOL = {"type": "function", "function": {"name": "bash", "description": "Run a command.",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}  # fmt: skip
+PARAMETERS = {"type": "object", "properties": {"command": {"type": "string"}}}
+FUNCTION = {"name": "bash", "description": "Run a command.", "parameters": PARAMETERS}
+TOOL = {"type": "function", "function": FUNCTION}
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010}
 
 

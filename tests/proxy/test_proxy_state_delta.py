@@ -21,12 +21,13 @@ from cachepilot.proxy.state_delta import rebuild, reverse_delta
 from cachepilot.state_store import SQLiteStateStore
 
 _scalars = st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2) | st.text(max_size=4)
-_json = st.recursive(
-    _scalars,
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=3), inner,
-                                                                max_size=5),  # fmt: skip
-    max_leaves=30,
-)
+
+
+def _containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=3), inner, max_size=5)
+
+
+_json = st.recursive(_scalars, _containers, max_leaves=30)
 
 
 @settings(max_examples=400, deadline=None)

@@ -163,6 +163,24 @@ class ThreadMemory:
         """The stored family the thread is a member of (`cachepilot.proxy.families`): kept in
         its document so that forgetting the thread removes it from the family too."""
 
+    def reset(self) -> None:
+        """Drop everything this process holds for the thread (it was forgotten elsewhere);
+        its lock, name and family stay."""
+        self.previous = []
+        self.splices = Splices()
+        self.calls = SeenCalls()
+        self.blocks = BlockForms()
+        self.sent = None
+        self.requests = 0
+        self.marks_refused = False
+        self.epochs_seen = None
+        self.recalls_seen = None
+        self.version = 0
+        self.pending = []
+        self.unanswered = None
+        self.clean = None
+        self.stale = False
+
     def apply(self, change: Callable[[], None]) -> None:
         """Make a change to the thread now, and again over a newer stored state if needed."""
         change()
@@ -238,9 +256,11 @@ class Threads:
         logger.debug("the state store's error", exc_info=True)
         raise StoreUnavailableError(f"the state store failed: {what} failed") from exc
 
-    async def _load(self, memory: ThreadMemory) -> None:
+    async def _load(self, memory: ThreadMemory) -> bool:
         """Load the thread's stored state (and its version) into the pilot and `memory`
-        (`StoreUnavailableError` when the store fails)."""
+        (`StoreUnavailableError` when the store fails). True when the thread was forgotten
+        since this process stored or read it (`cachepilot forget`, another process): its
+        copy here is dropped (`_forgotten`)."""
         assert self.store is not None
         try:
             if isinstance(self.store, VersionedStateStore):
@@ -249,6 +269,9 @@ class Threads:
                 saved, version = await self.store.load(memory.name), 0
         except Exception as exc:
             self._unavailable(memory, "reading its stored state", exc)
+        forgotten = saved is None and memory.version != 0
+        if forgotten:
+            self._forgotten(memory)
         memory.version = version
         memory.stale = False
         memory.previous = []
@@ -261,6 +284,21 @@ class Threads:
             memory.blocks = BlockForms()
             memory.unanswered = None
         memory.clean = saved if saved and memory.unanswered is None else None
+        return forgotten
+
+    def _forgotten(self, memory: ThreadMemory) -> None:
+        """The thread this process held was deleted from the store: nothing of it is used
+        again here (memory, the pilot's state and caches, response ids); a later request of
+        the same name starts a thread of its own, as in a process that never saw it."""
+        logger.info(
+            "thread %s was forgotten in the store; this process drops its copy",
+            self.label(memory.name),
+        )
+        memory.reset()
+        self.pilot.drop_thread(memory.name, artifacts=False)
+        self.pilot.mark_persisted(memory.name)
+        for key in [k for k, v in self._responses.items() if v == memory.name]:
+            del self._responses[key]
 
     async def refresh(self, memory: ThreadMemory) -> bool:
         """Load the thread again when another process saved it since this one read or saved
@@ -385,7 +423,8 @@ class Threads:
                     if await self.commit(memory):
                         return
                     pending = list(memory.pending)
-                    await self._load(memory)
+                    if await self._load(memory):
+                        return  # forgotten meanwhile: nothing of it is stored again
                     for change in pending:
                         change()
                     memory.pending = pending
