@@ -131,7 +131,8 @@ def test_a_running_proxy_never_stores_a_forgotten_member_again(tmp_path: Path) -
             for body in kept:
                 _send(p.root, body)
         expected = list(upstream.bodies)[-1]
-        with proxy_process(upstream.url, store, tmp_path / "proxy.log") as proxy:
+        logs = tmp_path / "proxy.log"
+        with proxy_process(upstream.url, store, logs) as proxy:
             for body in kept[:3]:
                 _send(proxy.root, body)
             for body in gone[:3]:
@@ -156,6 +157,8 @@ def test_a_running_proxy_never_stores_a_forgotten_member_again(tmp_path: Path) -
     assert any("cachepilot_family" in r for r in rows)  # the kept conversation's family
     assert not [r for r in rows if forgotten in r or forgotten.rsplit("~", 1)[1] in r]
     assert got == expected
+    ids = [f"{name}-c{n}" for name in "xz" for n in range(4)]
+    assert leaks(logs, [API_KEY, forgotten, *ids]) == []
 
 
 @pytest.mark.parametrize("kind", ["memory", *STORES])
