@@ -6,13 +6,17 @@ states here (and adds SQLAlchemy and Redis stores); the proxy keeps its threads'
 
 Stores that several processes share also implement `VersionedStateStore`: every save bumps the
 thread's version, `version` reads it cheaply, and `save_if` saves only over the version the
-caller last saw (compare-and-set), so two processes serving one thread notice each other.
+caller last saw (compare-and-set), so two processes serving one thread notice each other. A
+new document starts at a random version (`first_version`), so a thread deleted and made again
+never shows a version a process saw before: a process holding a copy of the deleted thread
+notices on its next version read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import sqlite3
 import threading
 import time
@@ -26,11 +30,18 @@ __all__ = [
     "SQLiteStateStore",
     "StateStore",
     "VersionedStateStore",
+    "first_version",
 ]
 
 TABLE = "cachepilot_state"
 RESERVED_PREFIX = "cachepilot:"
 """Document names starting with this are cachepilot's own (the proxy's secret), not threads."""
+
+
+def first_version() -> int:
+    """The version of a newly made document: random in [1, 2**30] (never 0, "none"; room for
+    2**30 saves in a 32-bit column), so versions of a deleted thread are not reused."""
+    return 1 + secrets.randbelow(2**30)
 
 
 @runtime_checkable
@@ -52,7 +63,10 @@ class StateStore(Protocol):
 
 @runtime_checkable
 class VersionedStateStore(StateStore, Protocol):
-    """A `StateStore` that counts each thread's saves (0: never saved), for compare-and-set."""
+    """A `StateStore` that versions each thread's saves (0: no document), for compare-and-set.
+
+    Every save changes the version (an existing document's goes up by one, a new document's
+    starts at `first_version()`)."""
 
     async def load_versioned(self, thread: str) -> tuple[str | None, int]:
         """The saved state of `thread` and its version."""
@@ -89,14 +103,16 @@ class MemoryStateStore:
 
     async def save(self, thread: str, state: str) -> None:
         """Keep `state`."""
-        self._data[thread] = (state, self._data.get(thread, ("", 0))[1] + 1)
+        found = self._data.get(thread)
+        self._data[thread] = (state, first_version() if found is None else found[1] + 1)
 
     async def save_if(self, thread: str, state: str, expected: int) -> int | None:
         """Keep `state` if the version is still `expected`."""
         if self._data.get(thread, ("", 0))[1] != expected:
             return None
-        self._data[thread] = (state, expected + 1)
-        return expected + 1
+        version = first_version() if expected == 0 else expected + 1
+        self._data[thread] = (state, version)
+        return version
 
     async def delete(self, thread: str) -> None:
         """Forget `thread`."""
@@ -150,10 +166,10 @@ class SQLiteStateStore:
         conn = self._connect()
         try:
             conn.execute(
-                f"INSERT INTO {TABLE} (thread, state, updated_at, version) VALUES (?, ?, ?, 1) "
+                f"INSERT INTO {TABLE} (thread, state, updated_at, version) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(thread) DO UPDATE SET state = excluded.state, "
                 "updated_at = excluded.updated_at, version = version + 1",
-                (thread, state, time.time()),
+                (thread, state, time.time(), first_version()),
             )
             conn.commit()
         finally:
@@ -188,16 +204,18 @@ class SQLiteStateStore:
                 "WHERE thread = ? AND version = ?",
                 (state, time.time(), thread, expected),
             )
+            version = expected + 1
             if cursor.rowcount == 0 and expected == 0:
+                version = first_version()
                 cursor = conn.execute(
                     f"INSERT OR IGNORE INTO {TABLE} (thread, state, updated_at, version) "
-                    "VALUES (?, ?, ?, 1)",
-                    (thread, state, time.time()),
+                    "VALUES (?, ?, ?, ?)",
+                    (thread, state, time.time(), version),
                 )
             conn.commit()
         finally:
             conn.close()
-        return expected + 1 if cursor.rowcount == 1 else None
+        return version if cursor.rowcount == 1 else None
 
     def _delete(self, thread: str) -> None:
         conn = self._connect()

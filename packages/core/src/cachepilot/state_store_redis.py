@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachepilot.state_store import TABLE
+from cachepilot.state_store import TABLE, first_version
 
 __all__ = ["RedisStateStore"]
 
@@ -17,14 +17,16 @@ _SAVE_IF = """
 local current = tonumber(redis.call('GET', KEYS[2]) or '0')
 if current ~= tonumber(ARGV[2]) then return nil end
 local ttl = tonumber(ARGV[3])
+local version = current + 1
+if current == 0 then version = tonumber(ARGV[4]) end
 if ttl > 0 then
   redis.call('SET', KEYS[1], ARGV[1], 'EX', ttl)
-  redis.call('SET', KEYS[2], current + 1, 'EX', ttl)
+  redis.call('SET', KEYS[2], version, 'EX', ttl)
 else
   redis.call('SET', KEYS[1], ARGV[1])
-  redis.call('SET', KEYS[2], current + 1)
+  redis.call('SET', KEYS[2], version)
 end
-return current + 1
+return version
 """
 
 
@@ -72,6 +74,8 @@ class RedisStateStore:
     async def save(self, thread: str, state: str) -> None:
         """Replace the saved state (its version counts the save)."""
         async with self._client.pipeline(transaction=True) as pipe:
+            # A new document starts at a random version (`first_version`), then counts up.
+            pipe.set(self._version_key(thread), first_version() - 1, nx=True)
             if self._ttl:
                 pipe.set(self._key(thread), state, ex=self._ttl)
                 pipe.incr(self._version_key(thread))
@@ -96,7 +100,7 @@ class RedisStateStore:
         None when another writer saved first."""
         result = await self._client.eval(
             _SAVE_IF, 2, self._key(thread), self._version_key(thread), state, str(expected),
-            str(self._ttl or 0),
+            str(self._ttl or 0), str(first_version()),
         )  # fmt: skip
         return None if result is None else int(result)
 

@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import Any
 
-from cachepilot.state_store import TABLE
+from cachepilot.state_store import TABLE, first_version
 
 __all__ = ["SQLAlchemyStateStore"]
 
@@ -99,7 +99,8 @@ class SQLAlchemyStateStore:
         (PostgreSQL and SQLite `ON CONFLICT`, MySQL `ON DUPLICATE KEY`), so concurrent saves of
         one thread never collide; other dialects update, then insert if nothing was there."""
         await self._ensure()
-        values = {"thread": thread, "state": state, "updated_at": time.time(), "version": 1}
+        values = {"thread": thread, "state": state, "updated_at": time.time(),
+                  "version": first_version()}  # fmt: skip
         statement = self._upsert(values)
         async with self._engine.begin() as conn:
             if statement is not None:
@@ -206,14 +207,14 @@ class SQLAlchemyStateStore:
                 return expected + 1
         if expected != 0:
             return None
+        version = first_version()
         try:
             async with self._engine.begin() as conn:
-                await conn.execute(
-                    insert(table).values(thread=thread, state=state, updated_at=now, version=1)
-                )
+                row = {"thread": thread, "state": state, "updated_at": now, "version": version}
+                await conn.execute(insert(table).values(**row))
         except IntegrityError:
             return None  # another writer created it first
-        return 1
+        return version
 
     async def delete(self, thread: str) -> None:
         """Forget `thread`."""

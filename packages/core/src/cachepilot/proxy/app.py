@@ -113,6 +113,8 @@ def create_app(engine: ProxyEngine) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        if engine.config.store is not None:
+            await engine.check_store()  # logs a clear line when it cannot be reached
         try:
             yield
         finally:

@@ -32,6 +32,7 @@ from cachepilot.metrics import call_metrics
 from cachepilot.pilot import CachePilot, Config
 from cachepilot.proxy.calls import streamed_call
 from cachepilot.proxy.config import ProxyConfig
+from cachepilot.proxy.deferred import StoreOpener
 from cachepilot.proxy.families import Families
 from cachepilot.proxy.limits import nesting_depth
 from cachepilot.proxy.memory import StoreUnavailableError, ThreadMemory, Threads
@@ -39,7 +40,7 @@ from cachepilot.proxy.pipeline import Pipeline, Prepared
 from cachepilot.proxy.prometheus import ProxyMetrics
 from cachepilot.proxy.recall import answer, recall_calls, strip_recall
 from cachepilot.proxy.relay import Relay, add_usage, sse_bytes
-from cachepilot.proxy.secret import Secret, SecretUnavailableError, load_secret
+from cachepilot.proxy.secret import Secret, SecretUnavailableError
 from cachepilot.proxy.stores import open_stores
 from cachepilot.proxy.threads import AUTH_HEADERS, identify
 from cachepilot.recall import RECALL_TOOL_NAME
@@ -256,13 +257,18 @@ class ProxyEngine:
         metrics: ProxyMetrics | None = None,
     ) -> None:
         self.config = config
-        artifacts, states = open_stores(config.store) if config.store is not None else (None, None)
+        artifacts, states = (None, None)
+        if config.store is not None:
+            # Opened on first use: a store that cannot be reached yet gets 503s, not an exit.
+            artifacts, states = open_stores(config.store, deferred=True)
+        opened = artifacts if pilot is None else None
         if pilot is None:
             pilot = CachePilot(proxy_pilot_config(config.provider), store=artifacts)
         if state_store is None:
             state_store = states
         self.pilot = pilot
         self.threads = Threads(pilot, state_store)
+        self._opener = StoreOpener(opened, state_store)
         self.families = Families(self.threads)
         self.pipeline = Pipeline(pilot, config)
         self.metrics = metrics or ProxyMetrics(per_thread=config.metrics_per_thread)
@@ -298,11 +304,16 @@ class ProxyEngine:
         if self._secret is None:
             async with self._secret_lock:
                 if self._secret is None:
-                    self._secret = await load_secret(self.threads.store)
+                    self._secret = await self._opener.secret()
                     self.threads.label = self._secret.label
                     set_thread_labeler(self._secret.label)  # the library's log lines too
                     self.metrics.label = self._secret.label
         return self._secret
+
+    async def check_store(self) -> bool:
+        """Open the store at start (True when it answers); a store that cannot be reached
+        does not stop the proxy (`StoreOpener.check`)."""
+        return await self._opener.check()
 
     def label(self, thread: str) -> str:
         """What logs and metrics show for a thread (a salted digest, never the name)."""

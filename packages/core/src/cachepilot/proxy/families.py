@@ -25,6 +25,9 @@ history). The learned spans live in each thread's pilot state; the family (its m
 their last system prompts and history marks) is kept in the state store next to the
 threads, so a restarted proxy maps the next call to the same thread.
 Forgetting a thread (`forget_member`) removes it, and its system prompt, from its family.
+A process holds families in memory only while the store's version of each is the one it read
+or wrote (one version read per request): a family another process changed, or a thread
+`cachepilot forget` removed, is read again before it is matched.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from cachepilot.messages import Message
 from cachepilot.proxy.family_docs import FAMILY_DOC_KEY, forget_member
 from cachepilot.proxy.memory import StoreUnavailableError, Threads
 from cachepilot.proxy.threads import ThreadId
+from cachepilot.state_store import VersionedStateStore
 from cachepilot.wire.body import STRONG_KEYS
 
 __all__ = ["FAMILY_DOC_KEY", "Families", "forget_member"]
@@ -160,6 +164,8 @@ class Families:
         self.store = threads.store
         self._families: OrderedDict[str, list[_Member]] = OrderedDict()
         self._of: OrderedDict[str, str] = OrderedDict()  # thread -> family, recent ones
+        self._versions: dict[str, int | None] = {}
+        """The stored version each family held here stands for (None: unknown)."""
         self._lock = asyncio.Lock()
 
     @property
@@ -221,7 +227,7 @@ class Families:
         if family is None:
             return
         async with self._lock:
-            members = await self._members(family)
+            members = self._families.get(family, [])  # as held here (no store read)
             member = next((m for m in members if m.thread == thread), None)
             if member is None or member.mark is None:
                 return
@@ -262,21 +268,43 @@ class Families:
         return None
 
     async def _members(self, family: str) -> list[_Member]:
+        """The family's members: the copy held here while the store's version is the one it
+        stands for, else read again (another process changed the family, or forgot one of
+        its threads: a forgotten member is never matched again)."""
         members = self._families.get(family)
-        if members is not None:
+        if members is not None and await self._current(family):
             self._families.move_to_end(family)
             return members
-        members = await self._load(family)
-        self._families[family] = members
+        loaded = await self._load(family)
+        if members is not None:
+            _keep_replies(loaded, members)
+        self._families[family] = loaded
         while len(self._families) > _MAX_FAMILIES:
-            self._families.popitem(last=False)
-        return members
+            evicted, _ = self._families.popitem(last=False)
+            self._versions.pop(evicted, None)
+        return loaded
+
+    async def _current(self, family: str) -> bool:
+        """Whether the family held here is the stored one (one version read)."""
+        if not isinstance(self.store, VersionedStateStore):
+            return True
+        known = self._versions.get(family)
+        try:
+            return known is not None and await self.store.version(family) == known
+        except Exception as exc:
+            raise StoreUnavailableError(
+                "the state store failed: a family's version could not be read"
+            ) from exc
 
     async def _load(self, family: str) -> list[_Member]:
         if self.store is None:
             return []
         try:
-            saved = await self.store.load(family)
+            if isinstance(self.store, VersionedStateStore):
+                saved, version = await self.store.load_versioned(family)
+                self._versions[family] = version
+            else:
+                saved = await self.store.load(family)
         except Exception as exc:  # not a new family: the store is failing
             raise StoreUnavailableError(
                 "the state store failed: a family could not be read"
@@ -310,7 +338,30 @@ class Families:
                 for m in members
             ],
         }
+        text = json.dumps(doc, ensure_ascii=False)
         try:
-            await self.store.save(family, json.dumps(doc, ensure_ascii=False))
+            if isinstance(self.store, VersionedStateStore):
+                known = self._versions.get(family)
+                saved = None if known is None else await self.store.save_if(family, text, known)
+                if saved is None:  # another process changed it: ours wins, read back next time
+                    await self.store.save(family, text)
+                self._versions[family] = saved
+            else:
+                await self.store.save(family, text)
         except Exception:
+            self._versions[family] = None
             logger.warning("family %s: it could not be stored", thread_label(family), exc_info=True)
+
+
+def _keep_replies(loaded: list[_Member], held: list[_Member]) -> None:
+    """Keep the replies recorded here (in memory only, `Families.replied`) on the members read
+    again whose history mark is unchanged."""
+    replies = {m.thread: m.mark for m in held if m.mark is not None and m.mark.reply}
+    for member in loaded:
+        mark = replies.get(member.thread)
+        if (
+            member.mark is not None
+            and mark is not None
+            and dataclasses.replace(member.mark, reply=mark.reply) == mark
+        ):
+            member.mark = mark

@@ -11,7 +11,8 @@ restarted proxy sends the same bytes.
 
 A call counts when it is answered. A request's preparation is saved before it is sent (so
 processes sharing the store agree on its plan), together with the state it was prepared
-over and a digest of the request (`ThreadMemory.unanswered`); the answer clears that mark.
+over (as a reverse delta from the stored one, `cachepilot.proxy.state_delta`) and a digest
+of the request (`ThreadMemory.unanswered`); the answer clears that mark.
 When the same request comes again while the mark stands (the client lost the first one: a
 dropped connection, a killed process, an upstream error), it is prepared over that earlier
 state, in whichever process it reaches: what one process that never saw the lost request
@@ -40,6 +41,7 @@ from cachepilot.proxy.calls import SeenCalls
 from cachepilot.proxy.family_docs import forget_member
 from cachepilot.proxy.forms import BlockForms
 from cachepilot.proxy.recall import Splices
+from cachepilot.proxy.state_delta import rebuild, reverse_delta
 from cachepilot.sim import RenderedRequest
 from cachepilot.state_store import StateStore, VersionedStateStore
 
@@ -72,9 +74,14 @@ def family_of(saved: str | None) -> str | None:
 
 
 class _Unanswered:
-    """A preparation sent upstream and not answered yet (stored with the thread)."""
+    """A preparation sent upstream and not answered yet (stored with the thread).
 
-    __slots__ = ("before", "digest", "token")
+    The document the preparation was made over (`before`) is stored as a reverse delta from
+    the document it is stored in (`cachepilot.proxy.state_delta`), not whole: a save stays
+    about the size of the thread's state, not twice it.
+    """
+
+    __slots__ = ("_parsed", "before", "digest", "token")
 
     def __init__(self, token: str, digest: str, before: str) -> None:
         self.token = token
@@ -83,17 +90,38 @@ class _Unanswered:
         """Digest of the client's request body."""
         self.before = before
         """The thread's document as it was before this preparation."""
+        self._parsed: Any = None
 
-    def to_json(self) -> dict[str, str]:
-        return {"token": self.token, "digest": self.digest, "before": self.before}
+    def to_json(self, document: dict[str, Any]) -> dict[str, Any]:
+        """What is stored inside `document` (the thread's document without this mark): the
+        earlier document as a delta from it, or whole when a delta would not give it back
+        byte for byte."""
+        if self._parsed is None:
+            self._parsed = json.loads(self.before)
+        delta = reverse_delta(self._parsed, document)
+        try:
+            exact = json.dumps(rebuild(document, delta), ensure_ascii=False) == self.before
+        except (ValueError, TypeError):
+            exact = False
+        if not exact:
+            return {"token": self.token, "digest": self.digest, "before": self.before}
+        return {"token": self.token, "digest": self.digest, "delta": delta}
 
     @classmethod
-    def from_json(cls, data: Any) -> _Unanswered | None:
+    def from_json(cls, data: Any, document: dict[str, Any]) -> _Unanswered | None:
+        """The mark stored in `document` (the thread's document, this mark taken out)."""
         if not isinstance(data, dict):
             return None
         token, digest, before = (data.get(k) for k in ("token", "digest", "before"))
-        if not (isinstance(token, str) and isinstance(digest, str) and isinstance(before, str)):
+        if not (isinstance(token, str) and isinstance(digest, str)):
             return None
+        if not isinstance(before, str):
+            if "delta" not in data:
+                return None
+            try:
+                before = json.dumps(rebuild(document, data["delta"]), ensure_ascii=False)
+            except (ValueError, TypeError, KeyError, IndexError):
+                return None
         return cls(token, digest, before)
 
 
@@ -134,6 +162,24 @@ class ThreadMemory:
         self.family: str | None = None
         """The stored family the thread is a member of (`cachepilot.proxy.families`): kept in
         its document so that forgetting the thread removes it from the family too."""
+
+    def reset(self) -> None:
+        """Drop everything this process holds for the thread (it was forgotten elsewhere);
+        its lock, name and family stay."""
+        self.previous = []
+        self.splices = Splices()
+        self.calls = SeenCalls()
+        self.blocks = BlockForms()
+        self.sent = None
+        self.requests = 0
+        self.marks_refused = False
+        self.epochs_seen = None
+        self.recalls_seen = None
+        self.version = 0
+        self.pending = []
+        self.unanswered = None
+        self.clean = None
+        self.stale = False
 
     def apply(self, change: Callable[[], None]) -> None:
         """Make a change to the thread now, and again over a newer stored state if needed."""
@@ -210,9 +256,11 @@ class Threads:
         logger.debug("the state store's error", exc_info=True)
         raise StoreUnavailableError(f"the state store failed: {what} failed") from exc
 
-    async def _load(self, memory: ThreadMemory) -> None:
+    async def _load(self, memory: ThreadMemory) -> bool:
         """Load the thread's stored state (and its version) into the pilot and `memory`
-        (`StoreUnavailableError` when the store fails)."""
+        (`StoreUnavailableError` when the store fails). True when the thread was forgotten
+        since this process stored or read it (`cachepilot forget`, another process): its
+        copy here is dropped (`_forgotten`)."""
         assert self.store is not None
         try:
             if isinstance(self.store, VersionedStateStore):
@@ -221,6 +269,9 @@ class Threads:
                 saved, version = await self.store.load(memory.name), 0
         except Exception as exc:
             self._unavailable(memory, "reading its stored state", exc)
+        forgotten = saved is None and memory.version != 0
+        if forgotten:
+            self._forgotten(memory)
         memory.version = version
         memory.stale = False
         memory.previous = []
@@ -233,6 +284,21 @@ class Threads:
             memory.blocks = BlockForms()
             memory.unanswered = None
         memory.clean = saved if saved and memory.unanswered is None else None
+        return forgotten
+
+    def _forgotten(self, memory: ThreadMemory) -> None:
+        """The thread this process held was deleted from the store: nothing of it is used
+        again here (memory, the pilot's state and caches, response ids); a later request of
+        the same name starts a thread of its own, as in a process that never saw it."""
+        logger.info(
+            "thread %s was forgotten in the store; this process drops its copy",
+            self.label(memory.name),
+        )
+        memory.reset()
+        self.pilot.drop_thread(memory.name, artifacts=False)
+        self.pilot.mark_persisted(memory.name)
+        for key in [k for k, v in self._responses.items() if v == memory.name]:
+            del self._responses[key]
 
     async def refresh(self, memory: ThreadMemory) -> bool:
         """Load the thread again when another process saved it since this one read or saved
@@ -258,12 +324,15 @@ class Threads:
     def _restore(self, memory: ThreadMemory, saved: str) -> None:
         try:
             data = json.loads(saved)
-            proxy = data.pop(_PROXY_KEY, None) if isinstance(data, dict) else None
+            proxy = data.get(_PROXY_KEY) if isinstance(data, dict) else None
+            mark = proxy.pop("unanswered", None) if isinstance(proxy, dict) else None
+            unanswered = None if mark is None else _Unanswered.from_json(mark, data)
+            data.pop(_PROXY_KEY, None)
             self.pilot.load_state(memory.name, data)
             memory.splices = Splices.from_json((proxy or {}).get("splices"))
             memory.calls = SeenCalls.from_json((proxy or {}).get("calls"))
             memory.blocks = BlockForms.from_json((proxy or {}).get("blocks"))
-            memory.unanswered = _Unanswered.from_json((proxy or {}).get("unanswered"))
+            memory.unanswered = unanswered
             family = (proxy or {}).get("family")
             memory.family = family if isinstance(family, str) else memory.family
         except Exception:
@@ -278,11 +347,12 @@ class Threads:
             "calls": memory.calls.to_json(),
             "blocks": memory.blocks.to_json(),
         }
-        if unanswered and memory.unanswered is not None:
-            proxy["unanswered"] = memory.unanswered.to_json()
         if memory.family is not None:
             proxy["family"] = memory.family
         doc[_PROXY_KEY] = proxy
+        if unanswered and memory.unanswered is not None:
+            mark = memory.unanswered.to_json(doc)  # over the document without the mark
+            proxy["unanswered"] = mark
         return json.dumps(doc, ensure_ascii=False)
 
     def begin(self, memory: ThreadMemory, digest: str) -> str:
@@ -353,7 +423,8 @@ class Threads:
                     if await self.commit(memory):
                         return
                     pending = list(memory.pending)
-                    await self._load(memory)
+                    if await self._load(memory):
+                        return  # forgotten meanwhile: nothing of it is stored again
                     for change in pending:
                         change()
                     memory.pending = pending

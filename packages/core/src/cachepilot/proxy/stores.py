@@ -15,9 +15,12 @@ share one store agree on each thread (`cachepilot.proxy.memory`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from cachepilot.artifacts import ArtifactStore, SQLiteArtifactStore
+from cachepilot.proxy.deferred import DeferredArtifactStore
 from cachepilot.state_store import SQLiteStateStore, StateStore
 
 __all__ = ["is_url", "open_stores"]
@@ -37,13 +40,24 @@ def _scheme(url: str) -> tuple[str, str]:
     return scheme.split("+", 1)[0].lower(), rest
 
 
-def open_stores(store: str | Path) -> tuple[ArtifactStore, StateStore]:
-    """The artifact and state stores `--store` names (`ValueError` for an unknown kind)."""
+def open_stores(store: str | Path, *, deferred: bool = False) -> tuple[ArtifactStore, StateStore]:
+    """The artifact and state stores `--store` names (`ValueError` for an unknown kind or a
+    URL that cannot be read).
+
+    `deferred`: the artifact store is opened on first use (`DeferredArtifactStore`), so a
+    store that cannot be reached yet does not stop the caller (the state stores connect on
+    use anyway); without it, an SQLite file or a PostgreSQL database is opened here.
+    """
     if not is_url(store):
-        return SQLiteArtifactStore(Path(store)), SQLiteStateStore(Path(store))
+        path = Path(store)
+        state = SQLiteStateStore(path)
+        if deferred:
+            return _deferred(lambda: SQLiteArtifactStore(path), "sqlite"), state
+        return SQLiteArtifactStore(path), state
     scheme, rest = _scheme(str(store))
     if scheme in _POSTGRES:
         try:
+            from sqlalchemy.engine import make_url
             from sqlalchemy.ext.asyncio import create_async_engine
 
             from cachepilot.artifacts.sql import SQLArtifactStore
@@ -53,15 +67,26 @@ def open_stores(store: str | Path) -> tuple[ArtifactStore, StateStore]:
                 f"a PostgreSQL --store needs the postgres extra: pip install "
                 f"'cachepilot[postgres]' ({exc})"
             ) from exc
-        artifacts = SQLArtifactStore(f"postgresql+psycopg://{rest}")
+        url = f"postgresql+psycopg://{rest}"
+        try:
+            make_url(url)  # a URL that cannot be read fails here, at start
+        except Exception as exc:
+            raise ValueError(f"--store is not a PostgreSQL URL SQLAlchemy can read: {exc}") from exc
         engine = create_async_engine(f"postgresql+asyncpg://{rest}", pool_pre_ping=True)
-        return artifacts, SQLAlchemyStateStore(engine, owns_engine=True)
+        states = SQLAlchemyStateStore(engine, owns_engine=True)
+        if deferred:
+            return _deferred(lambda: SQLArtifactStore(url), "postgresql"), states
+        return SQLArtifactStore(url), states
     if scheme in _REDIS:
         return _open_redis(str(store))
     raise ValueError(
         f"--store {scheme}:// is not a kind the proxy knows: give an SQLite file path, a "
         "postgresql:// URL or a redis:// URL"
     )
+
+
+def _deferred(opener: Callable[[], ArtifactStore], name: str) -> ArtifactStore:
+    return cast("ArtifactStore", DeferredArtifactStore(opener, name))
 
 
 def _open_redis(url: str) -> tuple[ArtifactStore, StateStore]:
