@@ -447,3 +447,24 @@ def test_a_finished_task_fold_pays_by_the_rule_of_cost_model_folds() -> None:
     assert not small.pays
     allowed = MaintenanceConfig(fold_summary_tokens=500, fold_min_tokens=4_000)
     assert task_fold_estimate(sizes, 1, 3, config=allowed, price=PRICE, expected_calls=50).pays
+
+
+def test_a_fold_pays_only_past_the_margin() -> None:
+    from cachepilot.maintenance import task_fold_estimate
+
+    sizes = [100, 5_000, 5_000, 200, 300]
+    # saving 9,500 × 0.1e-6 × 2 = 0.0019 against a re-miss of 1,000 × 0.9e-6 = 0.0009:
+    # it pays by 2.1 times.
+    below = MaintenanceConfig(fold_summary_tokens=500, fold_margin=1.0)
+    above = MaintenanceConfig(fold_summary_tokens=500, fold_margin=1.2)
+    assert task_fold_estimate(sizes, 1, 3, config=below, price=PRICE, expected_calls=2).pays
+    estimate = task_fold_estimate(sizes, 1, 3, config=above, price=PRICE, expected_calls=2)
+    assert not estimate.pays
+    # The record still states the plain saving and re-miss (the margin is a threshold).
+    assert (estimate.removed_tokens, estimate.remiss_tokens) == (9_500, 1_000)
+
+
+@pytest.mark.parametrize("margin", [-0.1, 10.5])
+def test_fold_margin_is_validated(margin: float) -> None:
+    with pytest.raises(ValueError, match="fold_margin"):
+        MaintenanceConfig(fold_margin=margin)

@@ -53,7 +53,9 @@ def check_numbering(view: str, original: str) -> int:
     expected = 1
     shown = 0
     for row in view.split("\n"):
-        if row.startswith("[output reduced ") or row == DECODED_NOTE:
+        if row.startswith(("[output reduced ", "[values in the omitted lines: ")):
+            continue
+        if row == DECODED_NOTE:
             continue
         marker = MARKER.match(row)
         if marker is not None:

@@ -156,6 +156,11 @@ class MaintenanceConfig(BaseModel):
     horizon: float = 0.5
     """Expected remaining calls as a multiple of the calls made so far (a session that has
     run N calls is expected to run about `horizon` × N more)."""
+    fold_margin: float = 0.0
+    """A fold (cost-model or finished-task) is taken only when its expected saving exceeds
+    its re-miss by this share (0.1: by 10 %): a fold at the break-even point pays only if
+    the session runs as long as the horizon guesses, and one that ends sooner loses the
+    re-miss (see docs/audit.md)."""
     min_expected_calls: int = 2
     """The cost model never assumes fewer remaining calls than this."""
     max_expected_calls: int = 200
@@ -196,6 +201,8 @@ class MaintenanceConfig(BaseModel):
             raise ValueError("context_window must be >= 1000 tokens")
         if not 0.0 < self.horizon <= 10.0:
             raise ValueError("horizon must be within (0, 10]")
+        if not 0.0 <= self.fold_margin <= 10.0:
+            raise ValueError("fold_margin must be within [0, 10]")
         if not 1 <= self.min_expected_calls <= self.max_expected_calls:
             raise ValueError("need 1 <= min_expected_calls <= max_expected_calls")
         return self
@@ -504,7 +511,8 @@ def _estimate(
         folded, config.fold_summary_tokens, share, config.fold_summary_max_tokens
     )
     remiss = sum(sizes[start:]) - removed
-    pays = removed > 0 and removed * rate.saving_per_token > remiss * rate.remiss_per_token
+    cost = remiss * rate.remiss_per_token * (1.0 + config.fold_margin)
+    pays = removed > 0 and removed * rate.saving_per_token > cost
     return FoldEstimate(pays, removed, remiss, rate)
 
 

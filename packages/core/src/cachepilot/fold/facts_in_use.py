@@ -145,13 +145,23 @@ def facts_in_use(
     return ""
 
 
-def output_values(text: str, max_chars: int) -> list[str]:
+def output_values(text: str, max_chars: int, *, scan_chars: int | None = None) -> list[str]:
     """The most telling exact values of one tool output (names it defines, then the most
     specific and frequent), as many as fit in `max_chars` joined by ", "; credentials
-    redacted first. For the stub that replaces the output."""
+    redacted first. For the stub that replaces the output, and the size gate's note on
+    the lines its preview leaves out.
+
+    `scan_chars`: scan this many characters of the output (its middle included) instead of
+    the usual head and tail window; the scan stays linear in it.
+    """
     if max_chars <= 0 or not text:
         return []
-    scored = _output_scores(text)
+    if scan_chars is not None and scan_chars > _SCAN_HEAD + _SCAN_TAIL:
+        tail = min(_SCAN_TAIL, scan_chars // 4)
+        # Not memoised: the cache holds small windows, not whole outputs.
+        scored = _score(redact(patterns.window(text, scan_chars - tail, tail)))
+    else:
+        scored = _output_scores(text)
     out: list[str] = []
     used = 0
     for value in _ranked(scored):

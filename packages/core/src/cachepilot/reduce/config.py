@@ -169,6 +169,12 @@ class ReduceConfig(BaseModel):
     """Characters the size gate's preview adds, whatever the output's size, for the lines of
     the omitted middle an agent acts on (errors and their context, run summaries, lines naming
     the call's arguments) and the markers of the stretches left out; 0: head and tail only."""
+    values_chars: int = 400
+    """Characters the size gate's preview adds for the exact values of the omitted lines
+    (field names, paths, dotted and camel-case names, ids and quoted strings a documentation
+    page or a log defines, most specific first, see `fold.facts_in_use.output_values`): an
+    agent often uses one of them right away, and a recall round trip costs more than the
+    line; 0: none."""
     hard_cap: int = 200_000
     """No output is longer than this, not even a gate-open source or an exempt first read."""
     gate_threshold: int = 1
@@ -221,6 +227,8 @@ class ReduceConfig(BaseModel):
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if self.head_chars < 0 or self.tail_chars < 0 or self.salient_chars < 0:
             raise ValueError("head_chars, tail_chars and salient_chars must be >= 0")
+        if self.values_chars < 0:
+            raise ValueError(f"values_chars must be >= 0, got {self.values_chars}")
         if self.loop_flag_after < 2:
             raise ValueError(f"loop_flag_after must be >= 2, got {self.loop_flag_after}")
         if not self.loop_flag_after <= self.loop_stub_after <= _MAX_LOOP:

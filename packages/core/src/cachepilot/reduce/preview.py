@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -34,9 +34,13 @@ from cachepilot.reduce.salience import (
     is_continuation,
     line_shape,
 )
-from cachepilot.reduce.stubs import omitted_stretch_marker, reduced_stub
+from cachepilot.reduce.stubs import omitted_stretch_marker, omitted_values_note, reduced_stub
 
 __all__ = ["DECODED_NOTE", "salient_preview"]
+
+_DIGITS = re.compile(r"[0-9a-f]{6,}|\d+")
+_SAME_SHAPE = 2
+"""Values of one shape (the same but for digits) the values note names at most."""
 
 DECODED_NOTE: Final = "[JSON output: its long string values are shown decoded, line by line]"
 """First line of a preview of a JSON output whose strings were laid out as lines."""
@@ -92,6 +96,8 @@ def salient_preview(
     scorer: LineScorer | None = None,
     decoded: bool = False,
     numbered: bool = True,
+    values: Sequence[str] = (),
+    values_chars: int = 0,
 ) -> str:
     """`text` cut to a head, the salient lines of its middle and a tail, with markers.
 
@@ -105,6 +111,10 @@ def salient_preview(
         decoded: `text` is the decoded text of a JSON output (a note says so).
         numbered: the lines of `text` are those `recall` numbers (else markers count the
             omitted lines without naming them).
+        values: exact values of `text`, best first (`fold.facts_in_use.output_values`): the
+            ones the kept lines do not show are named in a note above the stub, as many as
+            fit in `values_chars`.
+        values_chars: the note's budget (0: no note).
     """
     scorer = scorer if scorer is not None else LineScorer()
     head: list[_Line] = []
@@ -198,7 +208,31 @@ def salient_preview(
         text, candidates, salient_chars - reserve, low=last_head, high=first_tail, ref=marker_ref
     )
     kept = [*head, *middle, *tail_lines]
-    return _render(kept, total, ref, original_chars, decoded=decoded, numbered=numbered)
+    note = _values_note(kept, values, values_chars)
+    return _render(kept, total, ref, original_chars, decoded=decoded, numbered=numbered, note=note)
+
+
+def _values_note(kept: list[_Line], values: Sequence[str], budget: int) -> str:
+    """The note naming the values the kept lines do not show, within `budget` characters."""
+    if budget <= 0 or not values:
+        return ""
+    shown = "\n".join(line.text for line in kept)
+    chosen: list[str] = []
+    shapes: dict[str, int] = {}
+    used = len(omitted_values_note(()))
+    for value in values:
+        cost = len(value) + (2 if chosen else 0)
+        if used + cost > budget or value in shown:
+            continue
+        # A run of values that differ only in their digits (line numbers, unit numbers,
+        # hashes of one kind) says little past its first two: room for other names.
+        shape = _DIGITS.sub("0", value)
+        if shapes.get(shape, 0) >= _SAME_SHAPE:
+            continue
+        shapes[shape] = shapes.get(shape, 0) + 1
+        chosen.append(value)
+        used += cost
+    return omitted_values_note(chosen) if chosen else ""
 
 
 def _tail(
@@ -318,6 +352,7 @@ def _render(
     *,
     decoded: bool,
     numbered: bool,
+    note: str = "",
 ) -> str:
     parts: list[str] = [DECODED_NOTE] if decoded else []
     previous = 0
@@ -349,6 +384,8 @@ def _render(
         )
     if tail_start == len(kept):
         body_end, parts = parts, []
+    if note:
+        body_end = [*body_end, note]
     fixed = sum(len(p) + 1 for p in body_end) + sum(len(p) + 1 for p in parts)
     after = fixed
     for _ in range(5):  # the stub states the final size, which includes the stub itself

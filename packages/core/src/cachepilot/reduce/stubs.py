@@ -10,6 +10,7 @@ The size-gate stub is a contract other modules parse (`REDUCED_STUB_RE`).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 __all__ = [
     "NO_OUTPUT",
@@ -26,6 +27,7 @@ __all__ = [
     "loop_stub",
     "omitted_lines_marker",
     "omitted_stretch_marker",
+    "omitted_values_note",
     "pointer",
     "recall_call",
     "reduced_stub",
@@ -83,6 +85,13 @@ def unarchived_stub(before: int, after: int) -> str:
 def compressed_note(before: int, after: int, ref: str | None) -> str:
     """Line after a model-compressed output: sizes and the recall call of the original."""
     return f"[output compressed by a model {before:,} → {after:,} chars; {pointer(ref)}]"
+
+
+def omitted_values_note(values: Sequence[str]) -> str:
+    """`[values in the omitted lines: hook_event_name, .claude/settings.json]`: exact values
+    of the part of an output a preview leaves out, named so the agent can use them without a
+    recall."""
+    return f"[values in the omitted lines: {', '.join(values)}]"
 
 
 def omitted_lines_marker(first: int, last: int, total: int) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from cachepilot.decoded import decoded_text
+from cachepilot.fold.facts_in_use import output_values
 from cachepilot.reduce.config import STUB_OVERHEAD
 from cachepilot.reduce.passes.base import ALL_KINDS, TEXT_KINDS, PassContext, ReductionPass
 from cachepilot.reduce.passes.html import looks_like_html
@@ -20,6 +21,7 @@ from cachepilot.reduce.stubs import omitted_lines_marker, reduced_stub, unarchiv
 
 _MIN_LINES = 8  # fewer line breaks than this: a head and a tail by characters
 _SCORED_SCANS = 4  # the salient preview scores outputs up to this many `max_scan_chars`
+_VALUE_CANDIDATES = 3  # the note picks from this many times its budget of values
 
 __all__ = [
     "HardCapPass",
@@ -131,16 +133,28 @@ def gate_preview(text: str, ctx: PassContext) -> str:
     spare = profile.limit - profile.head_chars - profile.tail_chars - 2 * STUB_OVERHEAD
     if len(source) > _SCORED_SCANS * ctx.config.max_scan_chars:
         spare = 0  # too long to score every line: head and tail, still numbered
+    salient = max(min(profile.salient_chars, spare), 0)
+    values_chars = max(min(ctx.config.values_chars, spare - salient), 0)
+    # More candidates than the note holds: the ones the kept lines already show drop out.
+    values = (
+        output_values(
+            source, _VALUE_CANDIDATES * values_chars, scan_chars=ctx.config.max_scan_chars
+        )
+        if values_chars
+        else []
+    )
     return salient_preview(
         source,
         profile.head_chars,
         profile.tail_chars,
-        max(min(profile.salient_chars, spare), 0),
+        salient,
         ctx.shown_ref,
         original_chars=len(original),
         scorer=LineScorer(call_terms(ctx.args)),
         decoded=decoded is not None,
         numbered=numbered,
+        values=values,
+        values_chars=values_chars,
     )
 
 
