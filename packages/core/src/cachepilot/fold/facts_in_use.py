@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from cachepilot.facts import count_candidates, extract_candidates, message_search_text
+from cachepilot.fold.ahead import SUMMARY_STAGES
 from cachepilot.memory import patterns
 from cachepilot.memory.tools import analyze_call
 from cachepilot.messages import Message
@@ -86,17 +87,15 @@ def facts_in_use(
         return ""
     # Messages older than 16 half-lives weigh under 1/65,000 of a new one: not read.
     messages = messages[-_MAX_MESSAGES:]
-    sources = _collect(messages)
+    # What the range alone decides may have been computed ahead (`fold.ahead`).
+    sources, in_order = SUMMARY_STAGES.get(("facts", tuple(messages)), lambda: _sources(messages))
     if not sources:
         return ""
     newest_first = sorted(sources, key=lambda s: -s.order)
     # The values in view, found in one pass (a substring test per value would cost the
     # text's length for each of them).
     shown = set(count_candidates(exclude_text)) if exclude_text else set()
-    ranked = {
-        id(s): [v for v in _ranked(s.values) if v not in shown and v not in s.label]
-        for s in newest_first
-    }
+    ranked = {id(s): [v for v in in_order[s.label] if v not in shown] for s in newest_first}
     # One ranking across sources: a value's score (in use, defined, specific) fades with the
     # messages since the agent last saw or used it, so recent work wins over old work and a
     # value in use wins over one of the same age never used.
@@ -174,6 +173,13 @@ def _render(
         if chosen[id(s)]
     ]
     return "\n".join([FACTS_HEADER, *lines]) if lines else ""
+
+
+def _sources(messages: Sequence[Message]) -> tuple[list[_Source], dict[str, list[str]]]:
+    """The sources of `messages` and each one's ranked values (its label's own left out):
+    a function of the range alone; the result is shared, never changed."""
+    sources = _collect(messages)
+    return sources, {s.label: [v for v in _ranked(s.values) if v not in s.label] for s in sources}
 
 
 def _collect(messages: Sequence[Message]) -> list[_Source]:
