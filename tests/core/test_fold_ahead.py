@@ -197,7 +197,9 @@ def test_precompute_soon_runs_in_the_background_and_is_used() -> None:
 def test_threads_with_the_same_history_send_the_same_bytes() -> None:
     p = pilot()
     for n in range(40):
-        sent = {t: request_bytes(p.prepare(SYSTEM, history(n), TOOLS, t, now=1.0 + n)) for t in "ab"}
+        sent = {
+            t: request_bytes(p.prepare(SYSTEM, history(n), TOOLS, t, now=1.0 + n)) for t in "ab"
+        }
         p.precompute("a")  # only "a" computes ahead
         assert sent["a"] == sent["b"]
     for thread in "ab":

@@ -200,6 +200,12 @@ class Preparation(Maintenance):
                 self._ahead_queued -= 1
             return None
 
+    @property
+    def precomputations_pending(self) -> int:
+        """Precomputations queued or running in the background worker (`precompute_soon`)."""
+        with self._ahead_lock:
+            return self._ahead_queued
+
     def _ahead_enabled(self) -> bool:
         cfg = self.config.maintenance
         # A model summarizer or lifecycle estimator would be billed for a guess.

@@ -109,8 +109,7 @@ def add_proxy_parser(sub: Any) -> None:
     p.add_argument(
         "--no-fold-ahead",
         action="store_true",
-        help="compute folds on the request path only, nothing ahead in the background "
-        "(same bytes)",
+        help="compute folds on the request path only, nothing ahead in the background (same bytes)",
     )
     p.add_argument("--no-metrics", action="store_true", help="do not serve GET /metrics")
     p.add_argument(
