@@ -5,9 +5,11 @@ never computes ahead."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -258,13 +260,31 @@ def test_predicted_next_copies_the_last_exchange_with_its_own_ids() -> None:
 def test_exact_memo_is_bounded_and_keeps_only_what_finished() -> None:
     memo: ExactMemo[int] = ExactMemo(max_entries=3)
     for n in range(10):
-        assert memo.get(("k", n), lambda n=n: n * n) == n * n
+        assert memo.get(("k", n), (), lambda n=n: n * n) == n * n
     assert len(memo) == 3
-    assert memo.get(("k", 9), lambda: -1) == 81  # kept
-    assert memo.get(("k", 0), lambda: -1) == -1  # gone: computed again
+    assert memo.get(("k", 9), (), lambda: -1) == 81  # kept
+    assert memo.get(("k", 0), (), lambda: -1) == -1  # gone: computed again
     with pytest.raises(RuntimeError):
-        memo.get("bad", _fail)
-    assert memo.get("bad", lambda: 7) == 7  # a failure is not kept
+        memo.get("bad", (), _fail)
+    assert memo.get("bad", (), lambda: 7) == 7  # a failure is not kept
+
+
+def test_exact_memo_compares_messages_in_full_and_keeps_none_alive() -> None:
+    memo: ExactMemo[str] = ExactMemo()
+    messages = history(3)
+    assert memo.get("k", (messages,), lambda: "first") == "first"
+    assert memo.get("k", (history(3),), lambda: "again") == "first"  # equal, other objects
+    edited = [*messages[:-1], Message("tool", "other", tool_call_id="c2")]
+    assert memo.get("k", (edited,), lambda: "edited") == "edited"
+    assert memo.get("k", (messages[:-1],), lambda: "shorter") == "shorter"
+    # Held by weak references: a message nobody holds any more is gone, and matches nothing.
+    probe = Message("user", "only here")
+    watch = weakref.ref(probe)
+    memo.get("p", ([probe],), lambda: "probe")
+    del probe
+    gc.collect()
+    assert watch() is None
+    assert memo.get("p", ([Message("user", "only here")],), lambda: "new") == "new"
     with pytest.raises(ValueError):
         ExactMemo(max_entries=0)
     with pytest.raises(ValueError):
@@ -286,13 +306,13 @@ def test_exact_memo_a_caller_waits_for_the_stage_under_way_and_counts_its_use() 
 
     def ahead() -> None:
         with ahead_context():
-            memo.get("key", slow)
+            memo.get("key", (), slow)
 
     worker = threading.Thread(target=ahead)
     worker.start()
     started.wait(30)
     seen: list[str] = []
-    waiter = threading.Thread(target=lambda: seen.append(memo.get("key", lambda: "again")))
+    waiter = threading.Thread(target=lambda: seen.append(memo.get("key", (), lambda: "again")))
     waiter.start()
     release.set()
     worker.join()

@@ -15,8 +15,9 @@ those stages are found there; anything else (a range predicted wrong, another pr
 restart) computes them as always. The bytes never depend on it: a stage is a pure function
 of its key, compared in full, never trusted by a digest.
 
-`ExactMemo` is bounded (entries, least recently used first), thread-safe (the lock guards
-the dictionary only; a stage is computed without it, and a caller that needs a stage being
+`ExactMemo` is bounded (entries, least recently used first; messages are held by weak
+references, so a kept stage never keeps a message alive), thread-safe (the lock guards the
+list of entries only; a stage is computed without it, and a caller that needs a stage being
 computed waits for it rather than computing it twice).
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,15 +87,33 @@ class AheadStats:
 
 @dataclass(slots=True)
 class _Entry(Generic[T]):
+    key: Hashable
+    refs: tuple[tuple[weakref.ref[Message], ...], ...]
     done: threading.Event = field(default_factory=threading.Event)
     value: T | None = None
     ok: bool = False
     ahead: bool = False
     used: bool = False
 
+    def matches(self, key: Hashable, messages: tuple[Sequence[Message], ...]) -> bool:
+        if self.key != key or len(self.refs) != len(messages):
+            return False
+        if any(len(r) != len(m) for r, m in zip(self.refs, messages, strict=True)):
+            return False
+        for refs, sequence in zip(self.refs, messages, strict=True):
+            for ref, message in zip(refs, sequence, strict=True):
+                kept = ref()
+                # Messages are immutable: the same object is the same message.
+                if kept is None or (kept is not message and kept != message):
+                    return False
+        return True
+
 
 class ExactMemo(Generic[T]):
     """Results of a pure function kept by their exact inputs (see the module docstring).
+
+    The inputs are a hashable `key` and message sequences, held by weak references: a kept
+    result never keeps a message alive (one that is gone matches nothing any more).
 
     Args:
         max_entries: results kept (least recently used go first).
@@ -103,23 +123,31 @@ class ExactMemo(Generic[T]):
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         self._max = max_entries
-        self._entries: OrderedDict[Hashable, _Entry[T]] = OrderedDict()
+        self._entries: list[_Entry[T]] = []  # least recently used first
         self._lock = threading.Lock()
         self.stats = AheadStats()
 
-    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
-        """`compute()`, or the result kept for an equal `key` (waiting for one under way)."""
+    def get(
+        self,
+        key: Hashable,
+        messages: tuple[Sequence[Message], ...],
+        compute: Callable[[], T],
+    ) -> T:
+        """`compute()`, or the result kept for an equal `key` and equal `messages` (waiting
+        for one under way)."""
         ahead = computing_ahead()
         mine: _Entry[T] | None = None
         with self._lock:
-            entry = self._entries.get(key)
+            # A few dozen entries, compared by identity first: short under the lock.
+            entry = next((e for e in reversed(self._entries) if e.matches(key, messages)), None)
             if entry is None:
-                mine = _Entry(ahead=ahead)
-                self._entries[key] = mine
-                while len(self._entries) > self._max:
-                    self._entries.popitem(last=False)
+                refs = tuple(tuple(weakref.ref(m) for m in seq) for seq in messages)
+                mine = _Entry(key, refs, ahead=ahead)
+                self._entries.append(mine)
+                del self._entries[: -self._max]
             else:
-                self._entries.move_to_end(key)
+                self._entries.remove(entry)
+                self._entries.append(entry)
         if entry is not None:
             if not entry.done.is_set():
                 if not ahead and entry.ahead:
@@ -136,8 +164,8 @@ class ExactMemo(Generic[T]):
             value = compute()
         except BaseException:
             with self._lock:
-                if self._entries.get(key) is mine:
-                    del self._entries[key]
+                if mine in self._entries:
+                    self._entries.remove(mine)
             mine.done.set()
             raise
         mine.value, mine.ok = value, True

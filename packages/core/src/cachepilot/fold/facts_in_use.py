@@ -91,7 +91,7 @@ def facts_in_use(
     # their values ranked, and the candidates in pick order; what the model still sees is
     # left out here (the candidates' order is total, so filtering keeps it).
     newest_first, in_order, ordered = SUMMARY_STAGES.get(
-        ("facts", tuple(messages)), lambda: _candidates(messages)
+        "facts", (messages,), lambda: _candidates(messages)
     )
     if not newest_first:
         return ""

@@ -70,15 +70,8 @@ class ResumeBlockSummarizer:
         block_budget = max(budget - int(budget * self.facts_share), min(budget, _BLOCK_FLOOR))
         # The block reads the folded range only: it may have been computed ahead (`fold.ahead`).
         block: str = SUMMARY_STAGES.get(
-            (
-                "block",
-                type(self),
-                request.source_messages,
-                request.folded_messages,
-                request.previous_summary,
-                block_budget,
-                counter,
-            ),
+            ("block", type(self), request.previous_summary, block_budget, counter),
+            (request.source_messages, request.folded_messages),
             lambda: self._block(request, block_budget, counter),
         )
         if not self.facts_share:
