@@ -4,12 +4,12 @@
 cores other work shares, its figures move with the load. This script runs the proxy engine
 in process (an SQLite store, an in-process upstream answering at once) over the same growing
 Chat Completions session, and times each request two ways: the CPU time of the thread that
-handles it (the event loop and the preparation, run on that thread here; a fold computed
-ahead runs on the pilot's worker thread and is not counted), which other work on the
-machine does not change, and its wall time (which includes waiting for a fold still being
-computed ahead). It runs the session with folds computed ahead and on the request path, in
-the same run, and reports p50 / p95 / max per mode, over every call and over the maintenance
-points alone.
+handles it (the event loop and the preparation, run on that thread here; what is computed
+ahead runs on the pilot's background worker and is not counted), which other work on the
+machine does not change, and its wall time (which includes waiting for a summary stage still
+being computed ahead). It runs the session with fold summaries computed ahead
+(`ProxyConfig.fold_ahead`) and on the request path only, in the same run, and reports p50 /
+p95 / max per mode, over the last 20 calls and over the maintenance points alone.
 
 Run: uv run python benchmarks/proxy_request_cpu.py [--size 300000] [--gap-ms 0 200]
 """
@@ -104,11 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=300_000)
     parser.add_argument("--gap-ms", type=float, nargs="+", default=[0.0, 200.0])
     parser.add_argument("--json", metavar="FILE")
-    parser.add_argument("--modes", type=lambda v: v == "ahead", nargs="+", default=[False, True])
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["off", "ahead"],
+        default=["off", "ahead"],
+        help="fold summaries on the request path only (off), computed ahead, or both in turn",
+    )
     args = parser.parse_args(argv)
     out = []
     for gap in args.gap_ms:
-        for ahead in args.modes:
+        for ahead in (mode == "ahead" for mode in args.modes):
             rows = asyncio.run(session(args.size, ahead=ahead, gap=gap / 1000))
             late = [r for r in rows if r["kb"] >= args.size // 1000 - 52]  # the last ~20 calls
             points = [r for r in rows if r["maintenance"]]
