@@ -248,7 +248,9 @@ def upstream_process() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def proxy_process(upstream: str, workers: int, store: Path) -> Iterator[tuple[str, int]]:
+def proxy_process(
+    upstream: str, workers: int, store: Path, *, ahead: bool = True
+) -> Iterator[tuple[str, int]]:
     port = _free_port()
     command = [
         sys.executable,
@@ -265,6 +267,7 @@ def proxy_process(upstream: str, workers: int, store: Path) -> Iterator[tuple[st
         str(workers),
         "--provider",
         "anthropic",
+        *([] if ahead else ["--no-fold-ahead"]),
     ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
@@ -307,12 +310,14 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def latency(samples: int, sizes: list[int]) -> list[dict[str, Any]]:
+def latency(
+    samples: int, sizes: list[int], *, apis: tuple[str, ...] = APIS, ahead: bool = True
+) -> list[dict[str, Any]]:
     rows = []
     with (
         tempfile.TemporaryDirectory() as tmp,
         upstream_process() as upstream,
-        proxy_process(upstream, 1, Path(tmp) / "proxy.sqlite") as (proxy, _),
+        proxy_process(upstream, 1, Path(tmp) / "proxy.sqlite", ahead=ahead) as (proxy, _),
     ):
         headers = {
             "content-type": "application/json",
@@ -321,7 +326,7 @@ def latency(samples: int, sizes: list[int]) -> list[dict[str, Any]]:
             "anthropic-version": "2023-06-01",
         }
         with httpx.Client(timeout=120) as client:
-            for api in APIS:
+            for api in apis:
                 for stream in (False, True):
                     for size in sizes:
                         session = f"{api}-{stream}-{size}"
@@ -345,12 +350,14 @@ def latency(samples: int, sizes: list[int]) -> list[dict[str, Any]]:
                         rows.append(
                             {
                                 "api": api,
+                                "fold_ahead": ahead,
                                 "stream": stream,
                                 "kb": len(payload) // 1000,
                                 "calls": n,
                                 "p50": _pct(added, 0.5),
                                 "p95": _pct(added, 0.95),
                                 "p99": _pct(added, 0.99),
+                                "max": max(added),
                             }
                         )
                         print(json.dumps(rows[-1]), flush=True)
@@ -420,6 +427,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[30_000, 100_000, 300_000])
     parser.add_argument("--levels", type=int, nargs="+", default=[10, 40, 100])
     parser.add_argument("--calls", type=int, default=15)
+    parser.add_argument("--apis", nargs="+", choices=APIS, default=list(APIS))
+    parser.add_argument(
+        "--fold-ahead",
+        choices=["on", "off", "both"],
+        default="on",
+        help="latency: the proxy computes folds ahead (its default), not, or both in turn",
+    )
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -436,12 +450,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result: dict[str, Any] = {"cpus": os.cpu_count()}
     if args.part in ("latency", "all"):
-        result["latency"] = latency(args.samples, args.sizes)
-        print(f"\n{'format':<10} {'stream':<6} {'KB':>5} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7}")
+        modes = {"on": [True], "off": [False], "both": [False, True]}[args.fold_ahead]
+        result["latency"] = [
+            row
+            for ahead in modes
+            for row in latency(args.samples, args.sizes, apis=tuple(args.apis), ahead=ahead)
+        ]
+        print(
+            f"\n{'format':<10} {'ahead':<6} {'stream':<6} {'KB':>5} {'p50 ms':>7} {'p95 ms':>7}"
+            f" {'p99 ms':>7} {'max ms':>7}"
+        )
         for r in result["latency"]:
             print(
-                f"{r['api']:<10} {r['stream']!s:<6} {r['kb']:>5} {r['p50']:>7.1f} "
-                f"{r['p95']:>7.1f} {r['p99']:>7.1f}"
+                f"{r['api']:<10} {r['fold_ahead']!s:<6} {r['stream']!s:<6} {r['kb']:>5} "
+                f"{r['p50']:>7.1f} {r['p95']:>7.1f} {r['p99']:>7.1f} {r['max']:>7.1f}"
             )
     if args.part in ("concurrency", "all"):
         result["concurrency"] = concurrency(args.levels, args.calls)

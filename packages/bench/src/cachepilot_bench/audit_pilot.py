@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.artifacts import ArtifactStore, InMemoryArtifactStore
 from cachepilot.maintenance import Candidate, rates
 from cachepilot.messages import Message
 from cachepilot.pilot import CachePilot, Config
@@ -102,6 +102,11 @@ class AuditPilot(CachePilot):
         self.veto = veto
         self.actions: list[TakenAction] = []
         self._pending: dict[str, _Pending] = {}
+
+    def _ahead_enabled(self) -> bool:
+        # Every maintenance run is audited (and the config swapped for vetoes): no scratch
+        # runs of predicted requests in a background worker.
+        return False
 
     def _vetoed(self, kind: ActionKind, thread: str) -> bool:
         return self.veto is not None and self.veto.active(kind, self.state(thread).calls)
@@ -196,6 +201,7 @@ class AuditPilot(CachePilot):
         counter: TokenCounter,
         *,
         recall: bool = True,
+        store: ArtifactStore | None = None,
     ) -> list[Any]:
         kept: list[Candidate] = []
         for cand in chosen:
@@ -211,7 +217,7 @@ class AuditPilot(CachePilot):
             pending.removed += max(0, cand.tokens - after)
             pending.keys.add(cand.key)
             pending.first = cand.index if pending.first is None else min(pending.first, cand.index)
-        return super()._stub_edits(thread, view, kept, counter, recall=recall)
+        return super()._stub_edits(thread, view, kept, counter, recall=recall, store=store)
 
     def _evictable(
         self,

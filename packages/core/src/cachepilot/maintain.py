@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cachepilot.artifacts import ArtifactStore
 from cachepilot.fold import (
     MIN_FOLD_MESSAGES,
     cut_before,
@@ -148,6 +149,8 @@ class Maintenance(PilotBase):
         tools: Sequence[Mapping[str, Any]],
         idle: float | None,
         recall: bool,
+        cache: ViewCache | None = None,
+        store: ArtifactStore | None = None,
     ) -> tuple[bool, PlanView | None]:
         """Ask the scheduler whether this call is a maintenance point; append the epoch if so.
 
@@ -155,7 +158,9 @@ class Maintenance(PilotBase):
         fold trigger after them. Returns whether an epoch was appended, and the view it
         judged (None when it rendered none, or when an epoch made it stale). `recall`: the
         model is offered the recall tool (else no stub or summary names a recall call).
-        Never raises: a failure skips maintenance for this call.
+        `cache` and `store` replace the thread's view cache and the archive (a prediction's
+        run on a scratch state: `Preparation.precompute`). Never raises: a failure skips
+        maintenance for this call.
         """
         cfg = self.config.maintenance
         if not cfg.enabled or not messages:
@@ -163,7 +168,8 @@ class Maintenance(PilotBase):
         try:
             counter = get_counter(self.config.encoding)
             profile = get_profile(self.config.provider)
-            cache = self._views.setdefault(thread, ViewCache())
+            if cache is None:
+                cache = self._views.setdefault(thread, ViewCache())
             rendered = cache.render(canon_messages, state.plan, keys)
             view, view_keys = rendered.messages, rendered.keys
             sizes, view_tokens = cache.sizes(view, counter)
@@ -203,7 +209,7 @@ class Maintenance(PilotBase):
             prune_decision = decision
             edits: list[Edit] = []
             if decision.apply and chosen:
-                edits = self._stub_edits(thread, view, chosen, counter, recall=recall)
+                edits = self._stub_edits(thread, view, chosen, counter, recall=recall, store=store)
             remaining = context - (decision.removed_tokens if edits else 0)
             fold_reason = None
             keep_from: str | None = None
@@ -275,6 +281,7 @@ class Maintenance(PilotBase):
                         start_key=start_key,
                         finished=fold_reason == "finished-task-fold",
                         recall=recall,
+                        store=store,
                     )
                     if foldable
                     else []
@@ -299,7 +306,7 @@ class Maintenance(PilotBase):
             if decision.apply or decision.candidates:
                 state.decisions.append(decision)
                 del state.decisions[:-_MAX_DECISIONS]
-            if edits:
+            if edits and store is None:
                 logger.info(
                     "thread %s: maintenance at call %d (%s): %d edits",
                     thread_label(thread),
@@ -310,8 +317,11 @@ class Maintenance(PilotBase):
                 return True, None
             return False, rendered
         except Exception:
-            logger.warning(
-                "thread %s: maintenance skipped after an error", thread_label(thread), exc_info=True
+            logger.log(
+                logging.WARNING if store is None else logging.DEBUG,  # a prediction's: a guess
+                "thread %s: maintenance skipped after an error",
+                thread_label(thread),
+                exc_info=True,
             )
             return False, None  # the plan may have changed half-way: render it afresh
 
@@ -330,6 +340,7 @@ class Maintenance(PilotBase):
         start_key: str | None = None,
         finished: bool = False,
         recall: bool = True,
+        store: ArtifactStore | None = None,
     ) -> list[Edit]:
         """A fold of everything before the protected tail (or before the message keyed
         `keep_from`), from the task statement on (or from the message keyed `start_key`), as
@@ -342,7 +353,7 @@ class Maintenance(PilotBase):
             )
         args: dict[str, Any] = {
             "plan": trial,
-            "store": self.store,
+            "store": self.store if store is None else store,
             "thread": thread,
             "summarizer": self._summarizer,
             "counter": counter,
@@ -515,9 +526,11 @@ class Maintenance(PilotBase):
         counter: TokenCounter,
         *,
         recall: bool = True,
+        store: ArtifactStore | None = None,
     ) -> list[Edit]:
         """Archive each chosen result as it stands, then stub it (nothing is lost); without
         `recall` the stubs name no recall call."""
+        archive = self.store if store is None else store
         texts: list[str] = []
         refs: list[str] = []
         stubbed: list[Candidate] = []
@@ -525,7 +538,9 @@ class Maintenance(PilotBase):
         for cand in chosen:
             message = view[cand.index]
             if cand.kind == "args":
-                arguments.extend(self._argument_edits(thread, message, cand, recall=recall))
+                arguments.extend(
+                    self._argument_edits(thread, message, cand, recall=recall, store=archive)
+                )
                 continue
             stubbed.append(cand)
             # Parts (images, reasoning) are archived whole, as the message's JSON.
@@ -534,7 +549,7 @@ class Maintenance(PilotBase):
                 if isinstance(message.content, str)
                 else json.dumps(message.to_dict(), ensure_ascii=False)
             )
-            ref = self.store.put(
+            ref = archive.put(
                 thread,
                 content,
                 meta={
@@ -559,12 +574,19 @@ class Maintenance(PilotBase):
         return sorted([*edits, *arguments], key=lambda e: order.get(e.key, -1))
 
     def _argument_edits(
-        self, thread: str, message: Message, cand: Candidate, *, recall: bool = True
+        self,
+        thread: str,
+        message: Message,
+        cand: Candidate,
+        *,
+        recall: bool = True,
+        store: ArtifactStore | None = None,
     ) -> list[Edit]:
         """Archive the arguments of the candidate's calls (each whole, and each long value on
         its own, which is what the preview names), then reduce them. A call whose values
         cannot all be archived keeps its arguments."""
         cfg = self.config.maintenance
+        archive = self.store if store is None else store
         out: list[Edit] = []
         for call in message.tool_calls:
             if call.id not in cand.calls:
@@ -574,9 +596,9 @@ class Maintenance(PilotBase):
                 continue
             meta = {"tool": call.name, "call_id": call.id, "source": f"call:{call.id}:args"}
             try:
-                whole = self.store.put(thread, call.arguments, meta={**meta, "reason": "arguments"})
+                whole = archive.put(thread, call.arguments, meta={**meta, "reason": "arguments"})
                 stored = [
-                    self.store.put(thread, value, meta={**meta, "reason": "argument"})
+                    archive.put(thread, value, meta={**meta, "reason": "argument"})
                     for value, _ in reduced.values
                 ]
             except Exception:

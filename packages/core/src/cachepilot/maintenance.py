@@ -134,6 +134,12 @@ class MaintenanceConfig(BaseModel):
     """Share of a zero-LLM fold summary (the resume block, the default summarizer) kept for
     the facts in use: the exact values of the folded tool output; the session-memory block
     gets the rest (chosen leaving each trace source out, see docs/defaults.md)."""
+    fold_ahead: bool = True
+    """Once a request was prepared, the pilot's background worker runs the next request's
+    maintenance on a prediction of it (`CachePilot.precompute_soon`, which the plugins and the
+    proxy call), so the summary of the range the next fold takes is computed before that
+    request comes (zero-LLM summaries only); off: every fold is computed on the request path.
+    The requests are the same bytes either way."""
     fold_finished_tasks: bool = True
     """Fold the tasks the lifecycle marks evictable (a later user turn started the next task
     and none of their work is referenced any more) as soon as the cost model says it pays, by

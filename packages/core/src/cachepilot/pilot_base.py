@@ -8,6 +8,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from cachepilot.canonical import tool_name as schema_name
 from cachepilot.config import Config
 from cachepilot.events import LoopHook
 from cachepilot.fold import Summarizer
+from cachepilot.fold.ahead import AheadNotes
 from cachepilot.lifecycle import Estimator, RuleEstimator
 from cachepilot.log_labels import thread_label
 from cachepilot.messages import KeyTracker, Message, PairingIssue, missing_results
@@ -82,6 +84,11 @@ class PilotBase:
         # The recall tool's schema with sorted keys, one object per pilot (sent every call).
         self._recall_tool: dict[str, Any] = canonicalize_tool(RECALL_TOOL_SCHEMA)
         self._result_views = ResultViews(skip=(RECALL_TOOL_NAME,))
+        # The last prepared request of each thread, for folds computed ahead (`precompute`).
+        self._ahead_notes = AheadNotes(self.config.max_threads_in_memory)
+        self._ahead_worker: ThreadPoolExecutor | None = None  # `precompute_soon`'s, lazily
+        self._ahead_lock = threading.Lock()
+        self._ahead_queued = 0
 
     @property
     def store(self) -> ArtifactStore:
@@ -169,6 +176,7 @@ class PilotBase:
         self._trackers.pop(thread, None)
         self._views.pop(thread, None)
         self._result_views.forget(thread)
+        self._ahead_notes.drop(thread)
 
     def load_state(self, thread: str, state: PilotState | Mapping[str, Any] | str) -> PilotState:
         """Install a thread's state from persistence (model, dict or JSON text)."""
@@ -199,6 +207,7 @@ class PilotBase:
             self._warned_pairing.discard(thread)
             self._persisted.pop(thread, None)
         self._result_views.forget(thread)
+        self._ahead_notes.drop(thread)
         if artifacts and self.has_store:
             try:
                 self.store.delete_thread(thread)

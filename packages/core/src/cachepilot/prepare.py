@@ -7,12 +7,16 @@ import logging
 import operator
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, cast
 
+from cachepilot.artifacts import ArtifactStore
 from cachepilot.breakpoints import advance_anchors, plan_breakpoints
+from cachepilot.fold.ahead import AheadNote, DeferredPuts, ahead_context, predicted_next
+from cachepilot.lifecycle import RuleEstimator
 from cachepilot.log_labels import thread_label
 from cachepilot.maintain import Maintenance
-from cachepilot.messages import KeyTracker, Message
+from cachepilot.messages import KeyTracker, Message, message_keys
 from cachepilot.pilot_base import check_pilot_thread, check_request
 from cachepilot.pilot_state import PilotState
 from cachepilot.plan import PlanView
@@ -23,6 +27,9 @@ from cachepilot.view_cache import ViewCache
 __all__ = ["Preparation"]
 
 logger = logging.getLogger(__name__)
+
+_MAX_QUEUED = 64
+"""Precomputations waiting for the worker at most (more are not queued: a guess is optional)."""
 
 
 class Preparation(Maintenance):
@@ -80,6 +87,15 @@ class Preparation(Maintenance):
                 )
                 request = refreshed or request
             system, canon_messages, out_tools = request
+            if maintain and self._ahead_enabled():
+                self._ahead_notes.note(
+                    thread,
+                    system=system,
+                    messages=messages,
+                    canonical=canon_messages,
+                    tools=out_tools,
+                    recall=offer,
+                )
             if rendered is None:  # no scheduler, or an epoch was appended: render (again)
                 rendered = cache.render(canon_messages, state.plan, keys)
             view = rendered.messages
@@ -128,6 +144,105 @@ class Preparation(Maintenance):
         return await asyncio.to_thread(
             self.prepare, system, messages, tools, thread, now=now, maintain=maintain, recall=recall
         )
+
+    def precompute(self, thread: str = "default") -> bool:
+        """Compute ahead what the thread's next maintenance point will most likely need.
+
+        Call it off the request path (a worker thread, a background task) once a model call
+        was prepared. It runs the next request's maintenance on a prediction of it (the
+        history so far and a copy of its last exchange, on a scratch copy of the thread's
+        state; nothing is archived, nothing of the state changes), and keeps the summary
+        stages of a fold it decides (`cachepilot.fold.ahead`); the next request finds them
+        only when it folds the very same range. The requests are the same bytes either way.
+
+        Returns:
+            True when the prediction was run; False when folds are off or computed on the
+            request path (`MaintenanceConfig.fold_ahead`, a model summarizer or lifecycle
+            estimator, which would be billed), or the thread has no prepared request in this
+            process, or a later one was prepared since (it has moved on).
+        """
+        check_pilot_thread(thread)
+        note = self._ahead_notes.get(thread)
+        return note is not None and self._precompute(thread, note)
+
+    def precompute_soon(self, thread: str = "default") -> Future[bool] | None:
+        """`precompute` in the pilot's background worker (one at a time), without waiting
+        for it: plugins and the proxy call it once a model call was prepared. A request of
+        the thread prepared before the worker gets to it makes it a no-op. None when there
+        is nothing to compute, or the worker's queue is full. Never raises (a failure is
+        logged at DEBUG)."""
+        check_pilot_thread(thread)
+        note = self._ahead_notes.get(thread)
+        if note is None or not self._ahead_enabled():
+            return None
+        with self._ahead_lock:
+            if self._ahead_queued >= _MAX_QUEUED:
+                return None
+            if self._ahead_worker is None:
+                self._ahead_worker = ThreadPoolExecutor(1, thread_name_prefix="cachepilot-ahead")
+            self._ahead_queued += 1
+            worker = self._ahead_worker
+
+        def run() -> bool:
+            try:
+                return self._precompute(thread, note)
+            except Exception:
+                logger.debug("a fold could not be computed ahead", exc_info=True)
+                return False
+            finally:
+                with self._ahead_lock:
+                    self._ahead_queued -= 1
+
+        try:
+            return worker.submit(run)
+        except RuntimeError:  # the interpreter is shutting down
+            with self._ahead_lock:
+                self._ahead_queued -= 1
+            return None
+
+    @property
+    def precomputations_pending(self) -> int:
+        """Precomputations queued or running in the background worker (`precompute_soon`)."""
+        with self._ahead_lock:
+            return self._ahead_queued
+
+    def _ahead_enabled(self) -> bool:
+        cfg = self.config.maintenance
+        # A model summarizer or lifecycle estimator would be billed for a guess.
+        return (
+            cfg.enabled
+            and cfg.fold
+            and cfg.fold_ahead
+            and self._summarizer is None
+            and isinstance(self._estimator, RuleEstimator)
+        )
+
+    def _precompute(self, thread: str, note: AheadNote) -> bool:
+        if not self._ahead_enabled() or not self._ahead_notes.current(thread, note):
+            return False
+        messages, canonical = predicted_next(note.messages), predicted_next(note.canonical)
+        if messages is None or canonical is None or len(messages) != len(canonical):
+            return False
+        with self._lock:
+            state = self._states.get(thread)
+            if state is None:
+                return False
+            scratch = state.model_copy(deep=True)  # the only work under the pilot's lock
+        with ahead_context():
+            self._maintain(
+                thread=thread,
+                state=scratch,
+                messages=messages,
+                canon_messages=canonical,
+                keys=message_keys(messages),
+                system=note.system,
+                tools=note.tools,
+                idle=0.0,  # the next request is expected to follow soon (a warm cache)
+                recall=note.recall,
+                cache=ViewCache(),
+                store=cast(ArtifactStore, DeferredPuts()),
+            )
+        return True
 
     def cache_breakpoints(
         self,

@@ -405,6 +405,9 @@ class CachePilotMiddleware(AgentMiddleware[CachePilotState, Any]):
         else:
             response = result
         self._record(prepared.thread, response)
+        # What the next call's fold will most likely need, computed while the tools run
+        # (in the pilot's background worker; the requests are the same bytes without it).
+        self.pilot.precompute_soon(prepared.thread)
         update: dict[str, Any] = {PILOT_STATE_KEY: export(self.pilot, prepared.thread)}
         if prepared.new_scope is not None:
             update[SCOPE_KEY] = prepared.new_scope

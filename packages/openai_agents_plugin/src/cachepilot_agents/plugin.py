@@ -489,6 +489,10 @@ class CachePilotAgents:
             )
             return _plain(model_data)
         PREPARED.set(call)
+        if call is not None:
+            # What the next call's fold will most likely need, computed while the model
+            # answers and the tools run (the requests are the same bytes without it).
+            self._pilot.precompute_soon(call.thread)
         return data
 
     def _warn_foreign(self, agent: Agent[Any]) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from cachepilot.facts import count_candidates, extract_candidates, message_search_text
+from cachepilot.fold.ahead import SUMMARY_STAGES
 from cachepilot.memory import patterns
 from cachepilot.memory.tools import analyze_call
 from cachepilot.messages import Message
@@ -86,34 +87,19 @@ def facts_in_use(
         return ""
     # Messages older than 16 half-lives weigh under 1/65,000 of a new one: not read.
     messages = messages[-_MAX_MESSAGES:]
-    sources = _collect(messages)
-    if not sources:
+    # What the range alone decides may have been computed ahead (`fold.ahead`): the sources,
+    # their values ranked, and the candidates in pick order; what the model still sees is
+    # left out here (the candidates' order is total, so filtering keeps it).
+    newest_first, in_order, ordered = SUMMARY_STAGES.get(
+        "facts", (messages,), lambda: _candidates(messages)
+    )
+    if not newest_first:
         return ""
-    newest_first = sorted(sources, key=lambda s: -s.order)
     # The values in view, found in one pass (a substring test per value would cost the
     # text's length for each of them).
     shown = set(count_candidates(exclude_text)) if exclude_text else set()
-    ranked = {
-        id(s): [v for v in _ranked(s.values) if v not in shown and v not in s.label]
-        for s in newest_first
-    }
-    # One ranking across sources: a value's score (in use, defined, specific) fades with the
-    # messages since the agent last saw or used it, so recent work wins over old work and a
-    # value in use wins over one of the same age never used.
-    end = len(messages)
-    candidates = sorted(
-        (
-            (
-                -s.values[v] * 0.5 ** ((end - s.seen.get(v, s.order)) / _HALF_LIFE),
-                -s.order,
-                v,
-                s,
-            )
-            for s in newest_first
-            for v in ranked[id(s)]
-        ),
-        key=lambda c: c[:3],
-    )
+    ranked = {id(s): [v for v in in_order[s.label] if v not in shown] for s in newest_first}
+    candidates = [c for c in ordered if c[2] not in shown] if shown else ordered
     chosen: dict[int, set[str]] = {id(s): set() for s in newest_first}
     order: list[tuple[int, str]] = []  # pick order: the last picked goes first when trimming
     used = counter.count(FACTS_HEADER)
@@ -184,6 +170,37 @@ def _render(
         if chosen[id(s)]
     ]
     return "\n".join([FACTS_HEADER, *lines]) if lines else ""
+
+
+_Candidate = tuple[float, int, str, _Source]
+
+
+def _candidates(
+    messages: Sequence[Message],
+) -> tuple[list[_Source], dict[str, list[str]], list[_Candidate]]:
+    """The sources of `messages` (newest first), each one's ranked values (its label's own
+    left out), and every candidate value in pick order: a function of the range alone (the
+    result is shared, never changed)."""
+    newest_first = sorted(_collect(messages), key=lambda s: -s.order)
+    in_order = {s.label: [v for v in _ranked(s.values) if v not in s.label] for s in newest_first}
+    # One ranking across sources: a value's score (in use, defined, specific) fades with the
+    # messages since the agent last saw or used it, so recent work wins over old work and a
+    # value in use wins over one of the same age never used.
+    end = len(messages)
+    candidates = sorted(
+        (
+            (
+                -s.values[v] * 0.5 ** ((end - s.seen.get(v, s.order)) / _HALF_LIFE),
+                -s.order,
+                v,
+                s,
+            )
+            for s in newest_first
+            for v in in_order[s.label]
+        ),
+        key=lambda c: c[:3],
+    )
+    return newest_first, in_order, candidates
 
 
 def _collect(messages: Sequence[Message]) -> list[_Source]:

@@ -4,6 +4,7 @@ default summarizer, and the fallback whenever another one fails)."""
 from __future__ import annotations
 
 from cachepilot.facts import view_text
+from cachepilot.fold.ahead import SUMMARY_STAGES
 from cachepilot.fold.facts_in_use import facts_in_use
 from cachepilot.fold.request import FoldMode, FoldRequest
 from cachepilot.memory import SessionMemory
@@ -67,7 +68,12 @@ class ResumeBlockSummarizer:
         budget = max(1, self.budget_tokens or request.budget_tokens)
         # A small budget goes to the block first: the facts only take what it leaves.
         block_budget = max(budget - int(budget * self.facts_share), min(budget, _BLOCK_FLOOR))
-        block = self._block(request, block_budget, counter)
+        # The block reads the folded range only: it may have been computed ahead (`fold.ahead`).
+        block: str = SUMMARY_STAGES.get(
+            ("block", type(self), request.previous_summary, block_budget, counter),
+            (request.source_messages, request.folded_messages),
+            lambda: self._block(request, block_budget, counter),
+        )
         if not self.facts_share:
             return block
         kept = request.view_messages[len(request.view_messages) - request.kept_messages :]

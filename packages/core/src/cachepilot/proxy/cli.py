@@ -106,6 +106,11 @@ def add_proxy_parser(sub: Any) -> None:
         metavar="N",
         help="serve with N processes on one port (needs --store, which they share; default 1)",
     )
+    p.add_argument(
+        "--no-fold-ahead",
+        action="store_true",
+        help="compute folds on the request path only, nothing ahead in the background (same bytes)",
+    )
     p.add_argument("--no-metrics", action="store_true", help="do not serve GET /metrics")
     p.add_argument(
         "--metrics-per-thread",
@@ -219,6 +224,7 @@ def cmd_proxy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         key_scope=not args.no_key_scope,
         recall=not args.no_recall,
         timeout=args.timeout,
+        fold_ahead=not args.no_fold_ahead,
         metrics=not args.no_metrics,
         metrics_per_thread=args.metrics_per_thread,
         metrics_token=token,

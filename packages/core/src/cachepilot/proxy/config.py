@@ -47,6 +47,10 @@ class ProxyConfig:
         recall: offer the `recall` tool (and reduce tool results) to clients that send tools.
         timeout: seconds to wait for the upstream (connect, each read, each write).
         max_recall_rounds: recall round trips answered per client request.
+        fold_ahead: once a request was prepared, compute what the thread's next maintenance
+            point will most likely need in the background (`CachePilot.precompute_soon`, with
+            the pilot's `MaintenanceConfig.fold_ahead` on), while the upstream answers; the
+            bytes sent are the same without it.
         metrics: serve `GET /metrics` (Prometheus text format: totals, no thread names).
         metrics_per_thread: also list each thread's totals in `/metrics`, labelled by a
             salted digest of the thread name (`cachepilot.proxy.secret`), never the name.
@@ -78,6 +82,7 @@ class ProxyConfig:
     recall: bool = True
     timeout: float = 600.0
     max_recall_rounds: int = 3
+    fold_ahead: bool = True
     metrics: bool = True
     metrics_per_thread: bool = False
     metrics_token: str | None = None

@@ -396,6 +396,9 @@ class ProxyEngine:
                     method=method, path=path, query=query, headers=headers, raw=raw, api=api
                 )
             memory.requests += 1
+        if self.config.fold_ahead and not prepared.view.stateful:
+            # The next maintenance point's summary, computed while the upstream answers.
+            self.pilot.precompute_soon(prepared.thread)
         logger.debug("thread %s (%s): request %d", memory.name, thread.source, memory.requests)
         target = self._target(path, query)
         if _streamed(api, path, body):
