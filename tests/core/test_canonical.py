@@ -442,7 +442,11 @@ def test_refresh_always_changes_the_block_but_not_the_system() -> None:
 
 
 def test_refresh_at_maintenance_only() -> None:
-    canon = Canonicalizer(CanonicalConfig(move_when_changed=False, ))
+    canon = Canonicalizer(
+        CanonicalConfig(
+            move_when_changed=False,
+        )
+    )
     state = CanonicalState()
     prompts = thread_prompts(3, dt.datetime(2026, 3, 17, 9, 0), "/home/dev/x", 3)
     first = canon.apply(prompts[0], transcript(), TOOLS, state)
@@ -629,7 +633,9 @@ def test_apply_sorts_tools_and_reuses_tool_objects() -> None:
     _, _, t2 = canon.apply("x", transcript(), copy.deepcopy(TOOLS), state)
     assert [tool_name(t) for t in t1] == ["bash", "grep", "read_file"]
     assert t1 is not t2 and all(a is b for a, b in zip(t1, t2, strict=True))
-    unsorted = Canonicalizer(CanonicalConfig(move_when_changed=False, sort_tools=False, canonical_tool_keys=False))
+    unsorted = Canonicalizer(
+        CanonicalConfig(move_when_changed=False, sort_tools=False, canonical_tool_keys=False)
+    )
     _, _, t3 = unsorted.apply("x", transcript(), TOOLS, CanonicalState())
     assert [tool_name(t) for t in t3] == ["read_file", "bash", "grep"]
     assert list(t3[0]) == list(TOOLS[0])
@@ -656,7 +662,9 @@ def test_tool_descriptions_optionally_canonicalized() -> None:
     plain = Canonicalizer(FIRST_CALL)
     _, _, t1 = plain.apply("Dir /home/dev/x", transcript(), tools, CanonicalState())
     assert t1[0]["description"] == "Files under /home/dev/x only."
-    canon = Canonicalizer(CanonicalConfig(move_when_changed=False, canonicalize_tool_descriptions=True))
+    canon = Canonicalizer(
+        CanonicalConfig(move_when_changed=False, canonicalize_tool_descriptions=True)
+    )
     s2, m2, t2 = canon.apply("Dir /home/dev/x", transcript(), tools, CanonicalState())
     assert t2[0]["description"] == "Files under {{path_1}} only."
     assert s2 == "Dir {{path_1}}"
@@ -691,7 +699,9 @@ def test_inputs_never_mutated_and_unchanged_messages_are_the_same_objects() -> N
     snapshot_tools = copy.deepcopy(tools)
     snapshot_history = [m.to_dict() for m in history]
     prompt = "Dir /home/dev/x, now 2026-03-17 14:05:09."
-    system, out, out_tools = Canonicalizer(FIRST_CALL).apply(prompt, history, tools, CanonicalState())
+    system, out, out_tools = Canonicalizer(FIRST_CALL).apply(
+        prompt, history, tools, CanonicalState()
+    )
     assert tools == snapshot_tools and [m.to_dict() for m in history] == snapshot_history
     assert out is not history and out[0] is not history[0]
     assert out[0].id == history[0].id

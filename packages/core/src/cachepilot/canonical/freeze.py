@@ -254,7 +254,8 @@ class Canonicalizer:
             # call whose prompt changed anyway, so it adds no break of its own.
             move = continues and state.calls > 0 and current != state.values
             if not move:
-                return self._in_place(system, messages, tools, state, rendered, digest, mark)
+                tools_as_written = self._in_place(tools, state, current, digest=digest, mark=mark)
+                return system, list(messages), tools_as_written
             state.in_place = False
             logger.info("a volatile value changed: values move into the dynamic-context block")
         self._update_state(
@@ -309,16 +310,16 @@ class Canonicalizer:
 
     def _in_place(
         self,
-        system: str | None,
-        messages: Sequence[Message],
         tools: Sequence[Mapping[str, Any]],
         state: CanonicalState,
-        rendered: _Rendered,
+        values: Mapping[str, str],
+        *,
         digest: str,
         mark: HistoryMark,
-    ) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
-        """The request with its values in place: system and leading system messages as the
-        client wrote them, tools sorted and keyed as usual but their descriptions as written.
+    ) -> list[dict[str, Any]]:
+        """Record a call sent with its values in place; the tools to send (sorted and keyed
+        as usual, their descriptions as written). System and messages go as the client wrote
+        them.
 
         The state still follows the canonical form (values, digest, learned spans), so the
         call where a value first changes is recognised and can move the values out.
@@ -331,14 +332,14 @@ class Canonicalizer:
                 state.tool_fingerprint,
                 fingerprint,
             )
-        state.values = dict(rendered.assigner.values)
+        state.values = dict(values)
         state.notes = []
         state.placement = None
         state.prefix_digest = digest
         state.tool_fingerprint = fingerprint
         state.history = mark
         state.calls += 1
-        return system, list(messages), tools_out
+        return tools_out
 
     def _note_changes(
         self,
