@@ -7,6 +7,7 @@ import datetime as dt
 import itertools
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_current_values import EXACT, START, dicts, extends, grow, model_reads
@@ -71,6 +72,18 @@ def test_a_value_changing_at_the_first_maintenance_point_is_current() -> None:
     assert state.notes == []  # the block itself holds the new value
     after = canon.apply(moved, grow(history, 3), [], state)
     assert extends(request, after)
+
+
+@pytest.mark.parametrize("refresh", ["maintenance", "never", "always"])
+def test_the_move_writes_the_current_values_whatever_the_refresh(refresh: str) -> None:
+    config = CanonicalConfig(clock_resolution_seconds=0, refresh=refresh)  # type: ignore[arg-type]
+    canon, state = Canonicalizer(config), CanonicalState()
+    canon.apply(tau_prompt(), START, [], state)
+    moved = tau_prompt("2024-05-15 15:04:00 EST")
+    system, messages, _ = canon.apply(moved, grow(START, 1), [], state)
+    assert "{{" in system and state.notes == []  # the block itself is current, no note
+    assert "15:00:00" not in json.dumps([system, dicts(messages)])
+    assert model_reads(system, messages, config=config)[0] == moved
 
 
 def test_retries_keep_the_conversation_and_read_current_values() -> None:

@@ -263,8 +263,9 @@ class Canonicalizer:
             current,
             digest,
             fingerprint,
-            maintenance=maintenance or move,
+            maintenance=maintenance,
             diverged=not continues,
+            moved=move,
         )
         state.history = mark
         self._note_changes(state, current, messages, n_leading)
@@ -479,6 +480,7 @@ class Canonicalizer:
         *,
         maintenance: bool,
         diverged: bool = False,
+        moved: bool = False,
     ) -> None:
         cfg = self.config
         first = state.prefix_digest is None
@@ -492,6 +494,7 @@ class Canonicalizer:
             )
         refresh = (
             first
+            or moved  # the values leave the prompt: the block is written with current ones
             or (diverged and not first)  # another conversation: never its predecessor's values
             or cfg.refresh == "always"
             or (cfg.refresh == "maintenance" and maintenance)
