@@ -147,7 +147,11 @@ def test_canonicalized_user_content_keeps_its_parts() -> None:
         }
     ]
     transcript = TranscriptBuilder().build(items)
-    pilot = CachePilot(store=InMemoryArtifactStore())
+    from cachepilot import Config
+    from cachepilot.canonical import CanonicalConfig
+
+    first_call = Config(canonical=CanonicalConfig(move_when_changed=False))  # block at once
+    pilot = CachePilot(first_call, store=InMemoryArtifactStore())
     system, view, _ = pilot.prepare("Today is 2025-03-04.", transcript.messages, [], thread="t")
     out = transcript.render(view, pilot.state("t").plan)
     assert system == "Today is {{date_1}}."

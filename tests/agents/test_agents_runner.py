@@ -323,8 +323,10 @@ def test_prefix_extends_between_maintenance_points_over_a_long_run(
     epochs = pilot.state("long").plan.epochs
     assert epochs, "a 37-call run with superseded reads should reach a maintenance point"
     assert breaks <= len(epochs)
-    # Volatile values left the system prompt; the edit shows in the model input.
-    assert "2025-03-04" not in (model.calls[-1].system_instructions or "")
+    # The date never changed: the instructions go as written (no placeholder, no block), and
+    # the edit shows in the model input.
+    instructions = {call.system_instructions for call in model.calls}
+    assert instructions == {"You fix bugs. Today is 2025-03-04, cwd /home/ana/proj."}
     assert any("read_file output evicted" in dumps(i) for i in model.calls[-1].input)
     # The session keeps the full (ingested) history; the view is rebuilt, never stored.
     stored = asyncio.run(session.get_items())

@@ -28,6 +28,9 @@ from cachepilot.canonical import (
 )
 from cachepilot.messages import ImagePart, Message, TextPart, ToolCall
 
+FIRST_CALL = CanonicalConfig(move_when_changed=False)
+"""The block from the first call (the mechanics of the block itself)."""
+
 # ---------------------------------------------------------------------------------------------
 # helpers
 
@@ -397,7 +400,7 @@ def thread_prompts(n: int, start: dt.datetime, cwd: str, seed: int) -> list[str]
 
 @pytest.mark.parametrize("refresh", ["maintenance", "never"])
 def test_datetime_now_prompt_is_byte_stable_across_a_thread(refresh: str) -> None:
-    canon = Canonicalizer(CanonicalConfig(refresh=refresh))  # type: ignore[arg-type]
+    canon = Canonicalizer(CanonicalConfig(move_when_changed=False, refresh=refresh))  # type: ignore[arg-type]
     state = CanonicalState()
     prompts = thread_prompts(30, dt.datetime(2026, 3, 17, 23, 30), "/home/dev/inventory", 1)
     assert len(set(prompts)) == 30
@@ -427,7 +430,7 @@ def test_datetime_now_prompt_is_byte_stable_across_a_thread(refresh: str) -> Non
 
 
 def test_refresh_always_changes_the_block_but_not_the_system() -> None:
-    canon = Canonicalizer(CanonicalConfig(refresh="always"))
+    canon = Canonicalizer(CanonicalConfig(move_when_changed=False, refresh="always"))
     state = CanonicalState()
     prompts = thread_prompts(30, dt.datetime(2026, 3, 17, 9, 0), "/home/dev/inventory", 2)
     outputs = [canon.apply(p, transcript(), TOOLS, state) for p in prompts]
@@ -439,7 +442,11 @@ def test_refresh_always_changes_the_block_but_not_the_system() -> None:
 
 
 def test_refresh_at_maintenance_only() -> None:
-    canon = Canonicalizer(CanonicalConfig())
+    canon = Canonicalizer(
+        CanonicalConfig(
+            move_when_changed=False,
+        )
+    )
     state = CanonicalState()
     prompts = thread_prompts(3, dt.datetime(2026, 3, 17, 9, 0), "/home/dev/x", 3)
     first = canon.apply(prompts[0], transcript(), TOOLS, state)
@@ -456,7 +463,7 @@ def test_refresh_at_maintenance_only() -> None:
 
 
 def test_never_refresh_ignores_maintenance() -> None:
-    canon = Canonicalizer(CanonicalConfig(refresh="never"))
+    canon = Canonicalizer(CanonicalConfig(move_when_changed=False, refresh="never"))
     state = CanonicalState()
     prompts = thread_prompts(2, dt.datetime(2026, 3, 17, 9, 0), "/home/dev/x", 4)
     first = canon.apply(prompts[0], transcript(), TOOLS, state)
@@ -465,7 +472,7 @@ def test_never_refresh_ignores_maintenance() -> None:
 
 
 def test_two_threads_share_the_canonical_system_prompt() -> None:
-    canon = Canonicalizer()
+    canon = Canonicalizer(FIRST_CALL)
     a = thread_prompts(1, dt.datetime(2026, 3, 17, 9, 0), "/home/alice/shop", 5)[0]
     b = thread_prompts(1, dt.datetime(2027, 11, 2, 18, 45), "/Users/bob/work/inventory", 6)[0]
     sa, ma, ta = canon.apply(a, transcript(), TOOLS, CanonicalState())
@@ -480,7 +487,7 @@ def test_two_threads_share_the_canonical_system_prompt() -> None:
 
 
 def test_new_placeholder_mid_thread_refreshes_for_free() -> None:
-    canon = Canonicalizer()
+    canon = Canonicalizer(FIRST_CALL)
     state = CanonicalState()
     base = "Agent. Date: 2026-03-17. Dir: /home/dev/old."
     s1, m1, _ = canon.apply(base, transcript(), TOOLS, state)
@@ -502,7 +509,7 @@ def test_new_placeholder_mid_thread_refreshes_for_free() -> None:
 
 
 def test_new_placeholder_mid_thread_with_never_keeps_old_values() -> None:
-    canon = Canonicalizer(CanonicalConfig(refresh="never"))
+    canon = Canonicalizer(CanonicalConfig(move_when_changed=False, refresh="never"))
     state = CanonicalState()
     canon.apply("Date: 2026-03-17.", transcript(), TOOLS, state)
     _, m2, _ = canon.apply("Date: 2026-03-18. Dir: /home/dev/x.", transcript(), TOOLS, state)
@@ -512,7 +519,7 @@ def test_new_placeholder_mid_thread_with_never_keeps_old_values() -> None:
 
 
 def test_prefix_change_refresh_can_be_disabled() -> None:
-    canon = Canonicalizer(CanonicalConfig(refresh_on_prefix_change=False))
+    canon = Canonicalizer(CanonicalConfig(move_when_changed=False, refresh_on_prefix_change=False))
     state = CanonicalState()
     canon.apply("Date: 2026-03-17.", transcript(), TOOLS, state)
     _, m2, _ = canon.apply("Date: 2026-03-18. Dir: /home/dev/x.", transcript(), TOOLS, state)
@@ -525,7 +532,7 @@ def test_prefix_change_refresh_can_be_disabled() -> None:
 
 
 def test_first_user_placement_with_text_and_parts() -> None:
-    canon = Canonicalizer()
+    canon = Canonicalizer(FIRST_CALL)
     parts_user = Message("user", (TextPart("look"), ImagePart("https://x/y.png")), id="u1")
     history = [parts_user, Message("assistant", "ok")]
     system, out, _ = canon.apply("Now 2026-03-17 14:05:09.", history, [], CanonicalState())
@@ -543,7 +550,7 @@ def test_first_user_placement_with_text_and_parts() -> None:
 
 
 def test_system_tail_placement() -> None:
-    canon = Canonicalizer(CanonicalConfig(placement="system_tail"))
+    canon = Canonicalizer(CanonicalConfig(move_when_changed=False, placement="system_tail"))
     history = transcript()
     system, out, _ = canon.apply("Dir /home/dev/x.", history, [], CanonicalState())
     assert system is not None
@@ -553,7 +560,7 @@ def test_system_tail_placement() -> None:
 
 
 def test_no_user_message_goes_to_system_tail_and_stays_there_until_refresh() -> None:
-    canon = Canonicalizer()
+    canon = Canonicalizer(FIRST_CALL)
     state = CanonicalState()
     s1, out1, _ = canon.apply("Dir /home/dev/x at 2026-03-17.", [], [], state)
     assert s1 is not None and s1.endswith("</context>") and out1 == []
@@ -572,18 +579,18 @@ def test_no_user_message_goes_to_system_tail_and_stays_there_until_refresh() -> 
 
 def test_leading_system_messages_are_canonicalized_and_hold_the_tail() -> None:
     history = [Message("system", "Dir /home/dev/x.", id="s0"), *transcript()]
-    canon = Canonicalizer(CanonicalConfig(placement="system_tail"))
+    canon = Canonicalizer(CanonicalConfig(move_when_changed=False, placement="system_tail"))
     system, out, _ = canon.apply(None, history, [], CanonicalState())
     assert system is None
     assert str(out[0].content).startswith("Dir {{path_1}}.\n\n<context>")
     assert out[0].id == "s0" and all(a is b for a, b in zip(out[1:], history[1:], strict=True))
-    off = Canonicalizer(CanonicalConfig(leading_system_messages=False))
+    off = Canonicalizer(CanonicalConfig(move_when_changed=False, leading_system_messages=False))
     system2, out2, _ = off.apply(None, history, [], CanonicalState())
     assert system2 is None and all(a is b for a, b in zip(out2, history, strict=True))
 
 
 def test_block_is_not_prepended_twice() -> None:
-    canon = Canonicalizer()
+    canon = Canonicalizer(FIRST_CALL)
     state = CanonicalState()
     _, out, _ = canon.apply("Dir /home/dev/x.", transcript(), [], state)
     again_in = [out[0], *transcript()[1:]]
@@ -620,13 +627,15 @@ def test_canonical_tool_keys_sorted_and_lists_kept() -> None:
 
 
 def test_apply_sorts_tools_and_reuses_tool_objects() -> None:
-    canon = Canonicalizer()
+    canon = Canonicalizer(FIRST_CALL)
     state = CanonicalState()
     _, _, t1 = canon.apply("x", transcript(), TOOLS, state)
     _, _, t2 = canon.apply("x", transcript(), copy.deepcopy(TOOLS), state)
     assert [tool_name(t) for t in t1] == ["bash", "grep", "read_file"]
     assert t1 is not t2 and all(a is b for a, b in zip(t1, t2, strict=True))
-    unsorted = Canonicalizer(CanonicalConfig(sort_tools=False, canonical_tool_keys=False))
+    unsorted = Canonicalizer(
+        CanonicalConfig(move_when_changed=False, sort_tools=False, canonical_tool_keys=False)
+    )
     _, _, t3 = unsorted.apply("x", transcript(), TOOLS, CanonicalState())
     assert [tool_name(t) for t in t3] == ["read_file", "bash", "grep"]
     assert list(t3[0]) == list(TOOLS[0])
@@ -638,7 +647,7 @@ def test_tool_fingerprint_and_tool_set_change() -> None:
         list(reversed(TOOLS)), ordered=False
     )
     assert len(tool_fingerprint(TOOLS)) == 16
-    canon = Canonicalizer()
+    canon = Canonicalizer(FIRST_CALL)
     state = CanonicalState()
     canon.apply("x", transcript(), TOOLS, state)
     canon.apply("x", transcript(), list(reversed(TOOLS)), state)
@@ -650,10 +659,12 @@ def test_tool_fingerprint_and_tool_set_change() -> None:
 
 def test_tool_descriptions_optionally_canonicalized() -> None:
     tools = [{"name": "fs", "description": "Files under /home/dev/x only."}]
-    plain = Canonicalizer()
+    plain = Canonicalizer(FIRST_CALL)
     _, _, t1 = plain.apply("Dir /home/dev/x", transcript(), tools, CanonicalState())
     assert t1[0]["description"] == "Files under /home/dev/x only."
-    canon = Canonicalizer(CanonicalConfig(canonicalize_tool_descriptions=True))
+    canon = Canonicalizer(
+        CanonicalConfig(move_when_changed=False, canonicalize_tool_descriptions=True)
+    )
     s2, m2, t2 = canon.apply("Dir /home/dev/x", transcript(), tools, CanonicalState())
     assert t2[0]["description"] == "Files under {{path_1}} only."
     assert s2 == "Dir {{path_1}}"
@@ -666,7 +677,7 @@ def test_tool_descriptions_optionally_canonicalized() -> None:
 
 
 def test_state_json_round_trip() -> None:
-    canon = Canonicalizer()
+    canon = Canonicalizer(FIRST_CALL)
     state = CanonicalState()
     prompt = thread_prompts(1, dt.datetime(2026, 3, 17, 9, 0), "/home/dev/x", 7)[0]
     canon.apply(prompt, transcript(), TOOLS, state)
@@ -688,7 +699,9 @@ def test_inputs_never_mutated_and_unchanged_messages_are_the_same_objects() -> N
     snapshot_tools = copy.deepcopy(tools)
     snapshot_history = [m.to_dict() for m in history]
     prompt = "Dir /home/dev/x, now 2026-03-17 14:05:09."
-    system, out, out_tools = Canonicalizer().apply(prompt, history, tools, CanonicalState())
+    system, out, out_tools = Canonicalizer(FIRST_CALL).apply(
+        prompt, history, tools, CanonicalState()
+    )
     assert tools == snapshot_tools and [m.to_dict() for m in history] == snapshot_history
     assert out is not history and out[0] is not history[0]
     assert out[0].id == history[0].id
@@ -701,16 +714,16 @@ def test_inputs_never_mutated_and_unchanged_messages_are_the_same_objects() -> N
 
 def test_nothing_volatile_means_nothing_changes() -> None:
     history = transcript()
-    system, out, _ = Canonicalizer().apply("Be nice.", history, [], CanonicalState())
+    system, out, _ = Canonicalizer(FIRST_CALL).apply("Be nice.", history, [], CanonicalState())
     assert system == "Be nice."
     assert all(a is b for a, b in zip(out, history, strict=True))
-    system2, out2, _ = Canonicalizer().apply(None, history, [], CanonicalState())
+    system2, out2, _ = Canonicalizer(FIRST_CALL).apply(None, history, [], CanonicalState())
     assert system2 is None and all(a is b for a, b in zip(out2, history, strict=True))
 
 
 def test_transcript_is_not_canonicalized() -> None:
     history = transcript()
-    _, out, _ = Canonicalizer().apply("Dir /home/dev/x.", history, [], CanonicalState())
+    _, out, _ = Canonicalizer(FIRST_CALL).apply("Dir /home/dev/x.", history, [], CanonicalState())
     assert out[2] is history[2] and "2026-03-17 14:05:09" in str(out[2].content)
     assert out[3] is history[3]
 
@@ -718,7 +731,7 @@ def test_transcript_is_not_canonicalized() -> None:
 def test_failure_passes_the_request_through(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    canon = Canonicalizer()
+    canon = Canonicalizer(FIRST_CALL)
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("detector exploded")
@@ -732,7 +745,7 @@ def test_failure_passes_the_request_through(
 
 
 def test_info_logs_carry_no_payload(caplog: pytest.LogCaptureFixture) -> None:
-    canon = Canonicalizer()
+    canon = Canonicalizer(FIRST_CALL)
     state = CanonicalState()
     with caplog.at_level(logging.INFO, logger="cachepilot.canonical"):
         canon.apply("Secret dir /home/dev/secret-project.", transcript(), TOOLS, state)
@@ -862,7 +875,7 @@ def test_replacing_values_keeps_the_canonical_system(
     for lines in fills:
         values = [line for line in lines if line.startswith("Value: ")]
         assume(len(set(values)) == len(values))  # distinct values (same value: same placeholder)
-    canon = Canonicalizer()
+    canon = Canonicalizer(FIRST_CALL)
     outputs = [canon.apply(text, [], [], CanonicalState())[0] for text in texts]
     spans = [detect_volatile(text) for text in texts]
     assert [len(s) for s in spans] == [n_slots, n_slots]

@@ -167,7 +167,9 @@ def test_an_iso_timestamp_in_a_tool_description_is_frozen() -> None:
         system, messages, out_tools = canon.apply("You watch the servers.", history, tools, state)
         sent_tools.append(out_tools)
         assert model_reads(system, messages, out_tools)[1] == [f"Server time: {stamp}."]
-    assert sent_tools[0] == sent_tools[1] == sent_tools[2]  # the tools never change
+    # Sent as written until the stamp first changes; from then on frozen (never again changed).
+    assert sent_tools[0] == [{**tools[0], "description": "Server time: 2025-11-25T09:31:47Z."}]
+    assert sent_tools[1] == sent_tools[2] != sent_tools[0]
 
 
 def test_a_clock_is_shown_as_of_its_reading() -> None:
@@ -181,6 +183,9 @@ def test_a_clock_is_shown_as_of_its_reading() -> None:
         now = start + dt.timedelta(seconds=90 * i)
         system = f"You are a scheduler.\nCurrent time: {now:%Y-%m-%dT%H:%M:%S}\nBe brief."
         sent, messages, _ = canon.apply(system, history, [], state)
+        if i == 0:  # as written until the clock first moves
+            assert sent == system and messages == history
+            continue
         text = "\n".join(m.text for m in messages)
         assert "(as of when this was written)" in text
         shown = read_placeholders([sent, *(m.text for m in messages)], config)["datetime_1"]

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from cachepilot.artifacts import ArtifactStore, InMemoryArtifactStore, SQLiteArtifactStore
+from cachepilot.canonical import CanonicalConfig
 from cachepilot.log_labels import thread_label
 from cachepilot.maintenance import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall
@@ -466,10 +467,10 @@ def test_prepare_does_not_mutate_its_inputs() -> None:
     tools_before = copy.deepcopy(tools)
     transcript = list(_growing_transcript(5))[-1]
     transcript_before = [m.to_dict() for m in transcript]
-    system = _clock_prompt(datetime(2026, 2, 2, 9, 0, tzinfo=UTC))
-    for _ in range(2):
+    for minute in (0, 7):  # the clock moves on the second call: the values move out there
+        system = _clock_prompt(datetime(2026, 2, 2, 9, minute, tzinfo=UTC))
         out_system, messages, out_tools = pilot.prepare(system, transcript, tools, "t")
-        assert out_system != system  # the volatile values moved out
+        assert (out_system != system) == (minute == 7)
         assert messages is not transcript
         assert out_tools is not tools
     assert tools == tools_before
@@ -520,7 +521,9 @@ def test_requests_are_append_only_under_a_clock_in_the_system_prompt() -> None:
         prepared = pilot.prepare(raw, transcript, USER_TOOLS, "t")
         system, messages, tools = prepared
         rendered = render_request(Request(system, messages, tools), counter)
-        if previous is not None and previous_rendered is not None:
+        if n == 1:  # the clock moved: its values move into the block (one prefix break)
+            assert previous is not None and previous[0] == _clock_prompt(start) != system
+        elif previous is not None and previous_rendered is not None:
             assert system == previous[0], f"call {n}: system prompt changed"
             assert tools == previous[2], f"call {n}: tools changed"
             old = previous[1]
@@ -658,8 +661,11 @@ def _second_thread_first_call(
 def test_demo_session_caches_across_calls_and_threads(demo: Session) -> None:
     profile = get_profile(PROFILE)
     # This test is about canonical prefixes: no maintenance point may rewrite history here
-    # (tests/core/test_maintenance.py covers requests around maintenance points).
-    pilot = _memory_pilot(NO_MAINTENANCE)
+    # (tests/core/test_maintenance.py covers requests around maintenance points). With the
+    # block from the first call, threads whose prompts differ only in values share the prefix
+    # from their first call (the default keeps values in place until one changes).
+    first_call = CanonicalConfig(move_when_changed=False)
+    pilot = _memory_pilot(NO_MAINTENANCE.model_copy(update={"canonical": first_call}))
     sim = CacheSimulator(profile)
     records, systems = _run_demo(pilot, sim, demo, "thread-1")
     assert len(systems) == 1  # one system prompt for the whole session

@@ -19,6 +19,10 @@ from openai import OpenAI
 from proxy_helpers import running_proxy
 from scripts import ANTHROPIC_BASH, BIG, CALL, FINAL, FLAT_BASH, plain_script
 
+from cachepilot import CachePilot, Config
+from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.canonical import CanonicalConfig
+from cachepilot.proxy import ProxyConfig
 from cachepilot.proxy.forms import MAX_FORMS, BlockForms
 from cachepilot_bench.replay import ReplayProvider, ReplayRecord
 
@@ -110,9 +114,23 @@ def first_text(body: dict[str, Any]) -> Any:
     return body["messages"][0]["content"]
 
 
+def block_from_the_first_call(upstream: str) -> CachePilot:
+    """A pilot that puts the context block in from the first call (where the block goes in a
+    client's own message forms is what these tests check; by default it goes in only once a
+    value changes)."""
+    provider = ProxyConfig(upstream=upstream, port=0).provider
+    config = Config(provider=provider, canonical=CanonicalConfig(move_when_changed=False))
+    return CachePilot(config, store=InMemoryArtifactStore())
+
+
 def test_opencode_block_messages_stay_blocks_when_its_marks_move() -> None:
     sent = [opencode_body(m) for m in opencode_history()]
-    with ReplayProvider(plain_script()) as upstream, running_proxy(upstream.base_url) as proxy:
+    with (
+        ReplayProvider(plain_script()) as upstream,
+        running_proxy(
+            upstream.base_url, pilot=block_from_the_first_call(upstream.base_url)
+        ) as proxy,
+    ):
         api = anthropic.Anthropic(base_url=proxy.root, api_key="sk-test", max_retries=0)
         for body in sent:
             api.messages.create(**body)
@@ -239,7 +257,12 @@ def test_codex_developer_message_keeps_its_parts() -> None:
          "tools": [FLAT_BASH], "store": False}
         for items in codex_inputs()
     ]  # fmt: skip
-    with ReplayProvider(plain_script()) as upstream, running_proxy(upstream.base_url) as proxy:
+    with (
+        ReplayProvider(plain_script()) as upstream,
+        running_proxy(
+            upstream.base_url, pilot=block_from_the_first_call(upstream.base_url)
+        ) as proxy,
+    ):
         api = OpenAI(base_url=proxy.base_url, api_key="sk-test", max_retries=0, timeout=30)
         for body in sent:
             api.responses.create(**body)

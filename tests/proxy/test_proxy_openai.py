@@ -11,6 +11,8 @@ from openai import OpenAI
 from proxy_helpers import running_proxy
 from scripts import BASH, BIG, BIG_REF, CALL, FINAL, FLAT_BASH, SYSTEM, plain_script, recall_script
 
+from cachepilot.canonical import CanonicalConfig
+from cachepilot.canonical.notes import read_placeholders, resolve_placeholders
 from cachepilot_bench.demo_workload import volatile_system_prompt
 from cachepilot_bench.replay import ReplayProvider
 
@@ -116,11 +118,18 @@ def test_volatile_system_prompt_reaches_the_upstream_canonical() -> None:
             )
         first, second = (r.body for r in upstream.records)
     assert volatile_system_prompt(0) != volatile_system_prompt(1)
-    assert first["messages"][0] == second["messages"][0]  # byte-identical system prompt
-    assert "{{" in first["messages"][0]["content"]
-    # The real values moved to a context block at the head of the first user message.
-    assert "<context>" in first["messages"][1]["content"]
-    assert first["messages"][1] == second["messages"][1]
+    # Sent as written until a value changes; then the values move out (placeholders).
+    assert first["messages"][0]["content"] == volatile_system_prompt(0)
+    assert "{{" in second["messages"][0]["content"]
+    # The real values moved to a context block at the head of the first user message, and
+    # the model reads the current ones.
+    head = second["messages"][1]["content"]
+    assert "<context>" in head and "<context>" not in first["messages"][1]["content"]
+    config = CanonicalConfig()
+    values = read_placeholders([second["messages"][0]["content"], head], config)
+    assert resolve_placeholders(second["messages"][0]["content"], values, config) == (
+        volatile_system_prompt(1)
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -25,13 +25,18 @@ rewrites one model request so its stable part (tools + system prompt) stays byte
   system tail, and the thread keeps it there until the next refresh point (moving it on the next
   call would break the system prompt).
 
-Per-thread values live in `CanonicalState` and are *frozen* at the first call, so the block and
-with it the first user message stay byte-identical across calls. The model still reads every
-value's current text: a value that changed since the block (or an earlier note) was written
-gets an update note at the end of the newest user or tool message of the request where the
-change was first seen (`cachepilot.canonical.notes`), re-rendered byte-identically in later
-requests; clocks are noted only when they moved by `clock_resolution_seconds` and read "as
-of" their reading. A request whose history does not continue the thread's (another
+**In place until a value changes** (`CanonicalConfig.move_when_changed`, on by default): while
+every value equals the previous call's, the request goes as the client wrote it (no
+placeholders, no block; equally byte-stable and shorter). The call where a value of the same
+conversation first differs moves the values into the block; its prompt changed there anyway.
+
+Per-thread values live in `CanonicalState` and are *frozen* when they move into the block, so
+the block and with it the first user message stay byte-identical across calls. The model still
+reads every value's current text: a value that changed since the block (or an earlier note)
+was written gets an update note at the end of the newest user or tool message of the request
+where the change was first seen (`cachepilot.canonical.notes`), re-rendered byte-identically
+in later requests; clocks are noted only when they moved by `clock_resolution_seconds` and
+read "as of" their reading. A request whose history does not continue the thread's (another
 conversation under the same thread id) refreshes the values and learns nothing across it.
 The block itself is rewritten (the notes coalesced into it):
 

@@ -113,6 +113,11 @@ class CanonicalConfig(BaseModel):
     is the group named ``value`` when present, else group 1, else the whole match."""
     named_values: dict[str, str] = Field(default_factory=dict)
     """Literal values to replace, name → value (``{"user_id": "u-123"}`` → ``{{user_id}}``)."""
+    move_when_changed: bool = True
+    """Keep volatile values in place (the system prompt, leading system messages and tool
+    descriptions sent as the client wrote them) until one of them changes within the
+    conversation; only then move them into the dynamic-context block (one prefix break, at a
+    call whose prompt changed anyway). False: the block from the first call."""
     placement: Placement = "first_user"
     """Where the dynamic-context block goes: head of the first user message, or system tail."""
     refresh: Refresh = "maintenance"

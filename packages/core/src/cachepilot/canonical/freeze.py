@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cachepilot.canonical.config import CanonicalConfig, Placement
 from cachepilot.canonical.detect import _CACHE_ENTRIES
@@ -55,7 +55,11 @@ class CanonicalState(BaseModel):
     model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
 
     values: dict[str, str] = Field(default_factory=dict)
-    """Frozen placeholder label → value, the values the block shows."""
+    """Frozen placeholder label → value, the values the block shows (while `in_place`, the
+    values the previous call's prompt held in place)."""
+    in_place: bool = True
+    """The values are still in place (no block): none has changed within the conversation
+    (see `CanonicalConfig.move_when_changed`)."""
     placement: Placement | None = None
     """Where this thread's block is placed; None until the block is first emitted."""
     epoch: int = 0
@@ -79,6 +83,14 @@ class CanonicalState(BaseModel):
     history: HistoryMark | None = None
     """The previous call's messages (after leading system messages): a request that does not
     continue them is another conversation (nothing learned across it, values refreshed)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_block(cls, data: Any) -> Any:
+        """A state stored before `in_place` existed whose block was emitted keeps its block."""
+        if isinstance(data, dict) and "in_place" not in data and data.get("placement"):
+            return {**data, "in_place": False}
+        return data
 
     @property
     def by_value(self) -> dict[str, str]:
@@ -235,6 +247,17 @@ class Canonicalizer:
 
         digest = _digest(fingerprint, system_out, out[:n_leading])
         current = assigner.values
+        move = False
+        if cfg.move_when_changed and state.in_place:
+            # A value that changed within the conversation is what the block is for; until
+            # then the prompt goes as written (no block to pay for). The move happens on a
+            # call whose prompt changed anyway, so it adds no break of its own.
+            move = continues and state.calls > 0 and current != state.values
+            if not move:
+                tools_as_written = self._in_place(tools, state, current, digest=digest, mark=mark)
+                return system, list(messages), tools_as_written
+            state.in_place = False
+            logger.info("a volatile value changed: values move into the dynamic-context block")
         self._update_state(
             state,
             current,
@@ -242,6 +265,7 @@ class Canonicalizer:
             fingerprint,
             maintenance=maintenance,
             diverged=not continues,
+            moved=move,
         )
         state.history = mark
         self._note_changes(state, current, messages, n_leading)
@@ -284,6 +308,39 @@ class Canonicalizer:
                 len(state.notes),
             )
         return system_out, out, tools_out
+
+    def _in_place(
+        self,
+        tools: Sequence[Mapping[str, Any]],
+        state: CanonicalState,
+        values: Mapping[str, str],
+        *,
+        digest: str,
+        mark: HistoryMark,
+    ) -> list[dict[str, Any]]:
+        """Record a call sent with its values in place; the tools to send (sorted and keyed
+        as usual, their descriptions as written). System and messages go as the client wrote
+        them.
+
+        The state still follows the canonical form (values, digest, learned spans), so the
+        call where a value first changes is recognised and can move the values out.
+        """
+        tools_out, fingerprint = self._tools(tools)
+        if state.tool_fingerprint is not None and fingerprint != state.tool_fingerprint:
+            state.tool_changes += 1
+            logger.info(
+                "tool set changed mid-thread (%s -> %s): the cached prefix breaks at the tools",
+                state.tool_fingerprint,
+                fingerprint,
+            )
+        state.values = dict(values)
+        state.notes = []
+        state.placement = None
+        state.prefix_digest = digest
+        state.tool_fingerprint = fingerprint
+        state.history = mark
+        state.calls += 1
+        return tools_out
 
     def _note_changes(
         self,
@@ -423,6 +480,7 @@ class Canonicalizer:
         *,
         maintenance: bool,
         diverged: bool = False,
+        moved: bool = False,
     ) -> None:
         cfg = self.config
         first = state.prefix_digest is None
@@ -436,6 +494,7 @@ class Canonicalizer:
             )
         refresh = (
             first
+            or moved  # the values leave the prompt: the block is written with current ones
             or (diverged and not first)  # another conversation: never its predecessor's values
             or cfg.refresh == "always"
             or (cfg.refresh == "maintenance" and maintenance)
