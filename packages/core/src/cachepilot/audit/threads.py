@@ -10,7 +10,10 @@ Rules, in order:
    a call joins the thread whose last request shares the longest run of leading messages
    with it, at least one; or, when none shares a message, the thread whose first message is
    the same up to volatile values (a date in the first user message changed) and whose system
-   prompt is the same up to volatile values. Else it starts a new thread.
+   prompt is the same up to volatile values. Else it starts a new thread. "Up to volatile
+   values" also sees through cachepilot's own context block: a request whose values moved
+   into the block (placeholders in the prompt, the block in the first user message or at
+   the system tail) starts like the same request with the values written in place.
 
 Calls that carry only new input (`previous_response_id`, `conversation`) get their full
 context rebuilt: the previous call's full request plus its recorded output plus the new input.
@@ -18,6 +21,7 @@ context rebuilt: the previous call's full request plus its recorded output plus 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -60,8 +64,19 @@ def _shared(a: Sequence[str], b: Sequence[str]) -> int:
     return n
 
 
+# cachepilot's context block (default tag) and its placeholders, as `canonical` writes them.
+_BLOCK = re.compile(r"\n*<context>\n.*?\n</context>\n*", re.DOTALL)
+_PLACEHOLDER = re.compile(r"\{\{[A-Za-z][A-Za-z0-9_]{0,63}\}\}")
+
+
 def _canonical(text: str | None) -> str | None:
-    return None if text is None else canonicalize_text(text).text
+    """`text` up to volatile values: values and placeholders alike read `{{}}`, and a
+    context block is left out."""
+    if text is None:
+        return None
+    if "<context>" in text:
+        text = _BLOCK.sub("", text, count=1)
+    return _PLACEHOLDER.sub("{{}}", canonicalize_text(text).text)
 
 
 def _similar_start(a: Request, b: Request) -> bool:
