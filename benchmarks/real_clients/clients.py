@@ -334,6 +334,14 @@ CLIENTS: dict[str, Client] = {
             task="long",
             probes=CLAUDE_CODE_PROBES,
         ),
+        Client(
+            "opencode-long",
+            "anthropic",
+            "long-opencode",
+            "npm",
+            opencode("anthropic", long=True),
+            task="long",
+        ),
         Client("aider-openai", "chat", "aider", "pypi", aider("openai"), task="aider"),
         Client(
             "aider-anthropic",
