@@ -350,3 +350,17 @@ def test_long_edits_applied_counts_the_sessions_settings() -> None:
     module = "\n".join(f"LIMIT_{k + 100:04d} = {7000 + k}" for k in (15, 31, 47)) + "\n"
     assert long.long_edits_applied("\n" + module) == 3
     assert long.LONG_EDITS == 4
+
+
+def test_json_run_reads_a_clients_json_report() -> None:
+    base = _load("client_base")
+    report = json.dumps({"result": "done", "is_error": False, "executed": [["bash", "ls"]]})
+    run_ = base.json_run(0, report, "log", answer="result", error="is_error")
+    assert (run_.returncode, run_.answer, run_.executed) == (0, "done", [("bash", "ls")])
+    failed = base.json_run(0, json.dumps({"result": "x", "is_error": True}), "", answer="result",
+                           error="is_error")  # fmt: skip
+    assert failed.returncode == 1 and failed.answer == "x"
+    for text in ("not json", "[1, 2]", ""):
+        assert base.json_run(3, text, "tail", answer="result").answer == ""
+        assert base.json_run(3, text, "tail", answer="result").returncode == 3
+    assert base.json_run(0, json.dumps({"response": None}), "", answer="response").answer == ""
