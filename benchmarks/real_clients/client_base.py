@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LONG_TIMEOUT", "TIMEOUT", "Client", "ClientRun", "Restart", "quiet_env", "tail"]
+__all__ = [
+    "LONG_TIMEOUT",
+    "TIMEOUT",
+    "Client",
+    "ClientRun",
+    "Restart",
+    "json_run",
+    "quiet_env",
+    "tail",
+]
 
 TIMEOUT = 240
 LONG_TIMEOUT = 2400
@@ -69,3 +79,22 @@ def quiet_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), NO_COLOR="1")
     return env
+
+
+def json_run(
+    returncode: int, text: str, log: str, *, answer: str, error: str | None = None
+) -> ClientRun:
+    """The run of a client that reports one JSON object (`text`): its answer under `answer`,
+    the tool calls it ran under `executed`, and a failure when `error` is set in it (the exit
+    status alone does not say so). Text that is no JSON object leaves the answer empty."""
+    try:
+        result = json.loads(text)
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        return ClientRun(returncode, "", log=log)
+    reply = str(result.get(answer) or "")
+    executed = result.get("executed")
+    calls = [(str(n), str(a)) for n, a in executed] if isinstance(executed, list) else []
+    failed = error is not None and bool(result.get(error))
+    return ClientRun(1 if failed else returncode, reply, executed=calls, log=log)

@@ -16,7 +16,16 @@ from pathlib import Path
 
 import agent_loop
 from aider_client import aider
-from client_base import LONG_TIMEOUT, TIMEOUT, Client, ClientRun, Restart, quiet_env, tail
+from client_base import (
+    LONG_TIMEOUT,
+    TIMEOUT,
+    Client,
+    ClientRun,
+    Restart,
+    json_run,
+    quiet_env,
+    tail,
+)
 from gemini_client import run_gemini_cli
 from install import install_npm, install_venv
 from long_session import LONG_PROMPT
@@ -107,15 +116,8 @@ def run_claude_code(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
-    answer = ""
-    try:
-        result = json.loads(done.stdout)
-        answer = str(result.get("result", ""))
-        if result.get("is_error"):
-            return ClientRun(1, answer, log=tail(done.stdout + done.stderr))
-    except ValueError:
-        pass
-    return ClientRun(done.returncode, answer, log=tail(done.stdout + done.stderr))
+    log = tail(done.stdout + done.stderr)
+    return json_run(done.returncode, done.stdout, log, answer="result", error="is_error")
 
 
 def run_codex(cache: Path, root: str, repo: Path, home: Path, _restart: Restart) -> ClientRun:
@@ -333,6 +335,14 @@ CLIENTS: dict[str, Client] = {
             claude_code(None, long=True),
             task="long",
             probes=CLAUDE_CODE_PROBES,
+        ),
+        Client(
+            "opencode-long",
+            "anthropic",
+            "long-opencode",
+            "npm",
+            opencode("anthropic", long=True),
+            task="long",
         ),
         Client("aider-openai", "chat", "aider", "pypi", aider("openai"), task="aider"),
         Client(

@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from client_base import TIMEOUT, ClientRun, Restart, quiet_env, tail
+from client_base import TIMEOUT, ClientRun, Restart, json_run, quiet_env, tail
 from install import install_npm
 from task import PROMPT
 
@@ -49,12 +49,5 @@ def run_gemini_cli(cache: Path, root: str, repo: Path, home: Path, _restart: Res
         timeout=TIMEOUT,
         stdin=subprocess.DEVNULL,
     )
-    answer = ""
-    try:
-        result = json.loads(done.stdout)
-        answer = str(result.get("response", ""))
-        if result.get("error"):
-            return ClientRun(1, answer, log=tail(done.stdout + done.stderr))
-    except ValueError:
-        pass
-    return ClientRun(done.returncode, answer, log=tail(done.stdout + done.stderr))
+    log = tail(done.stdout + done.stderr)
+    return json_run(done.returncode, done.stdout, log, answer="response", error="error")

@@ -63,6 +63,17 @@ _ASKS_SUMMARY = re.compile(
 )
 """How the clients ask for their compaction summary (Claude Code: "Your task is to create a
 detailed summary of the conversation so far")."""
+_ASKS_ANCHORED = re.compile(
+    r"Create a new anchored summary from the conversation history"
+    r"|Construct a new summary that combines both"
+)
+"""OpenCode 1.18's compaction request: one user message that serializes the history inside
+`<conversation>` tags (and a `<prior-summary>` from its last compaction, which carries the
+progress line, so that alone does not make it a compacted history)."""
+_ASKS_SO_FAR = "What did we do so far?"
+"""OpenCode's other compaction form: its history, then this question as the last message."""
+_SERIALIZED_DONE = re.compile(r'"description":"Step (\d+)"\}\)\n\[Tool (?:result|error)\]')
+"""A step's call followed by its result, as OpenCode serializes history for its summary."""
 _STEP_ID = re.compile(r"_cp_l(\d+)$")
 _BEGIN = "=== PART {k:02d} BEGIN ==="
 _END = "=== PART {k:02d} END ==="
@@ -109,10 +120,15 @@ def step_command(k: int) -> str:
 
 def is_compaction(request: Request) -> bool:
     """Whether the client asks the model to summarise the conversation (its compaction): the
-    last message is the user's and asks for a summary, and is not a compacted history that
-    carries one (`steps completed through`)."""
+    last message is the user's and asks for a summary (OpenCode's anchored-summary request or
+    its "What did we do so far?"), and is not a compacted history that carries one (`steps
+    completed through`)."""
     last = request.messages[-1] if request.messages else None
-    if last is None or last.role != "user" or _DONE.search(last.text):
+    if last is None or last.role != "user":
+        return False
+    if _ASKS_ANCHORED.search(last.text) is not None or last.text.strip() == _ASKS_SO_FAR:
+        return True
+    if _DONE.search(last.text):
         return False
     return _ASKS_SUMMARY.search(last.text) is not None
 
@@ -179,6 +195,8 @@ class LongModel:
                     done.add(int(found.group(1)))
             for through in _DONE.findall(message.text):
                 done.update(range(int(through) + 1))
+            if message.role == "user":  # history serialized into a compaction request
+                done.update(int(k) for k in _SERIALIZED_DONE.findall(message.text))
         return done
 
     def _reply(self, what: str, message: Message) -> Message:
@@ -197,5 +215,6 @@ def _name(tool: Mapping[str, Any]) -> str:
 
 LONG_MODELS = {
     "long-claude-code": lambda: LongModel("toolu", frozenset({"Bash"}), "Bash"),
+    "long-opencode": lambda: LongModel("toolu", frozenset({"bash"}), "bash"),
 }
 """Per long plan: a fresh model for one run."""

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from client_base import TIMEOUT, ClientRun, Restart, quiet_env, tail
+from client_base import LONG_TIMEOUT, TIMEOUT, ClientRun, Restart, quiet_env, tail
 from install import install_npm
+from long_session import LONG_PROMPT
 from task import PROMPT
 
 __all__ = ["PROVIDERS", "opencode", "opencode_config"]
@@ -70,8 +71,12 @@ def opencode_config(provider: str, root: str) -> dict[str, Any]:
     }
 
 
-def opencode(provider: str) -> Callable[[Path, str, Path, Path, Restart], ClientRun]:
-    """A runner of `opencode run` on `provider` (one of `PROVIDERS`)."""
+def opencode(
+    provider: str, *, long: bool = False
+) -> Callable[[Path, str, Path, Path, Restart], ClientRun]:
+    """A runner of `opencode run` on `provider` (one of `PROVIDERS`); `long` runs the long
+    session (`long_session.py`) at OpenCode's defaults (it prunes and compacts by the model's
+    200 K window)."""
     if provider not in PROVIDERS:
         raise ValueError(f"unknown OpenCode provider {provider!r}; known: {', '.join(PROVIDERS)}")
 
@@ -91,13 +96,14 @@ def opencode(provider: str) -> Callable[[Path, str, Path, Path, Restart], Client
             OPENCODE_DISABLE_CLAUDE_CODE="1",
         )
         done = subprocess.run(
-            [str(bins / "opencode"), "run", "--format", "json", PROMPT],
+            [str(bins / "opencode"), "run", "--format", "json", LONG_PROMPT if long else PROMPT],
             cwd=repo,
             env=env,
             check=False,
             capture_output=True,
             text=True,
-            timeout=TIMEOUT * 2,  # its first run fetches the provider package from npm
+            # Its first run fetches the provider package from npm.
+            timeout=LONG_TIMEOUT if long else TIMEOUT * 2,
             stdin=subprocess.DEVNULL,
         )
         return ClientRun(done.returncode, _answer(done.stdout), log=tail(done.stdout + done.stderr))

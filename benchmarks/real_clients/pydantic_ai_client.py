@@ -15,13 +15,12 @@ JSON file. Four setups, as users configure it:
 
 from __future__ import annotations
 
-import json
 import subprocess
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-from client_base import TIMEOUT, ClientRun, Restart, quiet_env, tail
+from client_base import TIMEOUT, ClientRun, Restart, json_run, quiet_env, tail
 from install import install_venv
 from task import PROMPT
 
@@ -133,13 +132,9 @@ def pydantic_ai(setup: str) -> Callable[[Path, str, Path, Path, Restart], Client
         )
         if not out.is_file():
             return ClientRun(done.returncode or 1, "", log=tail(done.stdout + done.stderr))
-        result = json.loads(out.read_text())
-        executed = [(str(n), str(a)) for n, a in result.get("executed", [])]
-        return ClientRun(
-            done.returncode,
-            str(result.get("output", "")).strip(),
-            executed=executed,
-            log=tail(done.stdout + done.stderr),
-        )
+        log = tail(done.stdout + done.stderr)
+        run = json_run(done.returncode, out.read_text(), log, answer="output")
+        run.answer = run.answer.strip()
+        return run
 
     return run

@@ -525,7 +525,8 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
         dates=[request_date(r.body) for r in thread],
         restarts=restarts,
         profile=profile,
-        steps=[r for r in model.replies if r.startswith("s")]
+        # Step replies only (`s<k>`; a side call's reply, `side`, is no step).
+        steps=[r for r in model.replies if r[1:].isdigit() and r.startswith("s")]
         if isinstance(model, LongModel)
         else [],
         compactions=model.compactions if isinstance(model, LongModel) else 0,

@@ -275,6 +275,63 @@ def test_the_long_model_keeps_its_progress_through_a_compaction(tmp_path: Path) 
     assert "sed -i" in long.step_command(15) and long.step_command(15).endswith(task.MODULE_PATH)
 
 
+def _opencode_serialized(steps: range) -> str:
+    """History as OpenCode 1.18 serializes it into its compaction request."""
+    lines = [f"[User]: {long.LONG_PROMPT}"]
+    for k in steps:
+        args = {"command": long.step_command(k), "description": f"Step {k}"}
+        lines += [f"[Assistant tool call]: bash({json.dumps(args, separators=(',', ':'))})"]
+        lines += [f"[Tool result]: === PART {k:02d} BEGIN ===\n..."]
+    lines.append('[Assistant tool call]: bash({"command":"cat x","description":"Step 99"})')
+    return "\n".join(lines)
+
+
+def test_the_long_model_answers_opencodes_compaction_requests() -> None:
+    model = long.LongModel("toolu", frozenset({"bash"}), "bash")
+    # The anchored-summary request: the history serialized in one user message, no tools.
+    ask = (
+        "Here is the conversation so far:\n<conversation>\n"
+        + _opencode_serialized(range(19))
+        + "\n</conversation>\nCreate a new anchored summary from the conversation history in "
+        "the <conversation> tags above so another coding agent can continue the work."
+    )
+    body, request = _anthropic_request([{"role": "user", "content": ask}], [])
+    summary = model("anthropic", body, request)
+    assert summary.tool_calls == () and "steps completed through s18" in summary.text
+    assert "s99" not in summary.text  # a call without its result is not done
+    # The next one carries the prior summary (with its progress line): still a compaction.
+    again = (
+        "Here is the conversation so far:\n<conversation>\n"
+        + _opencode_serialized(range(19, 37))
+        + "\n</conversation>\nHere is the summary of the conversation before the "
+        f"<conversation> above:\n<prior-summary>\n{summary.text}\n</prior-summary>\n"
+        "The <prior-summary> summarizes everything that happened before the <conversation>. "
+        "Construct a new summary that combines both."
+    )
+    body, request = _anthropic_request([{"role": "user", "content": again}], [])
+    second = model("anthropic", body, request)
+    assert "steps completed through s36" in second.text
+    # Its other form: the history, then "What did we do so far?" as the last message.
+    history = _long_history(range(3), {k: f"part {k}" for k in range(3)})
+    body, request = _anthropic_request(
+        [*history, {"role": "user", "content": "What did we do so far?"}], []
+    )
+    assert "steps completed through s2" in model("anthropic", body, request).text
+    assert model.compactions == 3
+    # The compacted history carries the summary: the model goes on from it, with its tools.
+    checkpoint = f"<conversation-checkpoint>\n{second.text}\n</conversation-checkpoint>"
+    body, request = _anthropic_request(
+        [{"role": "user", "content": long.LONG_PROMPT}, {"role": "user", "content": checkpoint}],
+        ["bash"],
+    )
+    assert model("anthropic", body, request).tool_calls[0].id == "toolu_cp_l37"
+    # A compacted history whose last message carries a summary is no request for one.
+    body, request = _anthropic_request(
+        [{"role": "user", "content": f"Summarize the conversation. {second.text}"}], ["bash"]
+    )
+    assert not long.is_compaction(request)
+
+
 def test_recent_in_view_counts_whole_parts_only(tmp_path: Path) -> None:
     long.make_parts(tmp_path)
     parts = {
@@ -293,3 +350,17 @@ def test_long_edits_applied_counts_the_sessions_settings() -> None:
     module = "\n".join(f"LIMIT_{k + 100:04d} = {7000 + k}" for k in (15, 31, 47)) + "\n"
     assert long.long_edits_applied("\n" + module) == 3
     assert long.LONG_EDITS == 4
+
+
+def test_json_run_reads_a_clients_json_report() -> None:
+    base = _load("client_base")
+    report = json.dumps({"result": "done", "is_error": False, "executed": [["bash", "ls"]]})
+    run_ = base.json_run(0, report, "log", answer="result", error="is_error")
+    assert (run_.returncode, run_.answer, run_.executed) == (0, "done", [("bash", "ls")])
+    failed = base.json_run(0, json.dumps({"result": "x", "is_error": True}), "", answer="result",
+                           error="is_error")  # fmt: skip
+    assert failed.returncode == 1 and failed.answer == "x"
+    for text in ("not json", "[1, 2]", ""):
+        assert base.json_run(3, text, "tail", answer="result").answer == ""
+        assert base.json_run(3, text, "tail", answer="result").returncode == 3
+    assert base.json_run(0, json.dumps({"response": None}), "", answer="response").answer == ""

@@ -32,6 +32,7 @@ from lg_scripted import REF, ScriptedChatModel, command_log, tool_call
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.maintenance import MaintenanceConfig, is_stub
 from cachepilot.messages import Message, ToolCall
 from cachepilot_langgraph import CachePilotMiddleware
 from cachepilot_langgraph.deepagents import (
@@ -241,6 +242,51 @@ def test_the_model_reads_the_evicted_file_deepagents_points_to(kind: str) -> Non
     assert EVICTED_PATH.search(seen["view"])  # ...keeps deepagents' handle
     assert "not found" not in seen["read"]
     assert ERROR_LINE in seen["read"]  # the host's own tool reads its file
+
+
+def test_a_pruned_evicted_output_still_points_to_deepagents_file() -> None:
+    # Pruning (an opt-in) later replaces the view of the evicted build log by a stub: the stub
+    # keeps deepagents' pointer line next to its ref, and reading that path still works.
+    maintenance = MaintenanceConfig(
+        prune=True,
+        schedule="fixed",
+        every=1,
+        protect_tool_tokens=0,
+        protect_results=1,
+        min_prune_tokens=1,
+        min_result_tokens=10,  # deepagents' own preview in the transcript is short
+        fold=False,
+    )
+    pilot = CachePilot(Config(maintenance=maintenance), store=InMemoryArtifactStore())
+    seen: dict[str, str] = {}
+
+    def respond(messages: list[BaseMessage], i: int) -> AIMessage:
+        if i == 0:
+            return tool_call("build", {"target": "all"}, i)
+        if i < 5:
+            return tool_call("run_command", {"command": f"make {i}"}, i)
+        if i == 5:
+            built = next(
+                m for m in messages if isinstance(m, ToolMessage) and m.tool_call_id == "call_0"
+            )
+            seen["view"] = str(built.content)
+            found = EVICTED_PATH.search(seen["view"])
+            path = found.group(0) if found else "/large_tool_results/missing"
+            return tool_call("read_file", {"file_path": path, "offset": 3210, "limit": 20}, i)
+        seen["read"] = str(messages[-1].content)
+        return AIMessage(content="done")
+
+    model = ScriptedChatModel(responder=respond)
+    agent = create_deep_agent(
+        model, TOOLS, middleware=[CachePilotMiddleware(pilot)], checkpointer=InMemorySaver()
+    )
+    agent.invoke({"messages": [HumanMessage("fix the build")]}, _config())
+    assert is_stub(seen["view"]), "pruning replaced the evicted output's view"
+    stub, *pointer = seen["view"].split("\n")
+    assert REF.search(stub)
+    # deepagents' own line, verbatim (not only a path among the values the stub keeps).
+    assert len(pointer) == 1 and "was saved in the filesystem at this path" in pointer[0]
+    assert ERROR_LINE in seen["read"] and "not found" not in seen["read"]
 
 
 def test_the_general_purpose_subagent_gets_the_pilot_in_a_thread_of_its_own() -> None:

@@ -40,6 +40,7 @@ from cachepilot.pilot_base import PilotBase, check_pilot_thread, check_request
 from cachepilot.pilot_state import PilotState
 from cachepilot.plan import Edit, Epoch, PlanView
 from cachepilot.pricing import Price
+from cachepilot.reduce.handles import host_handles
 from cachepilot.settle import settle
 from cachepilot.sim import get_profile
 from cachepilot.tokens import TokenCounter, get_counter
@@ -564,7 +565,14 @@ class Maintenance(PilotBase):
             keeps = output_values(message.text, limit) if limit and recall else []
             texts.append(
                 stub_text(
-                    cand.kind, message, cand.tokens, ref, cand.reason, recall=recall, keeps=keeps
+                    cand.kind,
+                    message,
+                    cand.tokens,
+                    ref,
+                    cand.reason,
+                    recall=recall,
+                    keeps=keeps,
+                    handles=host_handles(message.text),
                 )
             )
         edits = build_edits(stubbed, texts, refs)

@@ -30,6 +30,12 @@ from cachepilot.messages import Message
 from cachepilot.plan import Edit
 from cachepilot.pricing import Price
 from cachepilot.redact import redact
+from cachepilot.reduce.handles import (
+    HANDLE_LINE_CHARS,
+    MAX_HANDLES,
+    host_handles,
+    is_handle_line,
+)
 from cachepilot.reduce.stubs import pointer
 from cachepilot.tokens import TokenCounter
 
@@ -57,6 +63,7 @@ _STUB = re.compile(
     r'(?:full text: recall\(ref="[0-9a-f]{12}"\)|full text elided)(?:; keeps: [^\n\]]{1,400})?\]'
 )
 _STUB_MAX_CHARS = 720
+_STUB_WITH_HANDLES_MAX_CHARS = _STUB_MAX_CHARS + MAX_HANDLES * (HANDLE_LINE_CHARS + 1)
 _KEEPS_MAX_CHARS = 409  # "; keeps: " and 400 characters, as `_STUB` allows
 
 
@@ -226,8 +233,8 @@ class Candidate:
     """Tokens of the result as it stands (`args`: of the arguments to reduce)."""
     reason: str
     kept_tokens: int = 30
-    """Tokens left after the edit (a stub: about 30, and what it keeps; `args`: the reduced
-    arguments)."""
+    """Tokens left after the edit (a stub: about 30, plus the host's pointer lines it carries;
+    the values it keeps are added by the caller; `args`: the reduced arguments)."""
     calls: tuple[str, ...] = ()
     """`args` only: ids of the calls whose arguments are reduced."""
 
@@ -262,10 +269,15 @@ def stub_text(
     *,
     recall: bool = True,
     keeps: Sequence[str] = (),
+    handles: Sequence[str] = (),
 ) -> str:
     """Deterministic one-line stub that names the ref to recall (without `recall`, the model
     has no recall tool: the stub says the text was elided) and, when given, the exact values
     of the output it keeps in view (`keeps`, see `fold.facts_in_use.output_values`).
+
+    `handles` are the host's own pointer lines of the output (`reduce.handles.host_handles`):
+    each follows the stub line verbatim, so a model that follows the host's prompt still finds
+    the file the host saved the full output in (DESIGN §2.7).
 
     The reason may come from a model (the LLM lifecycle estimator): credential shapes in it
     are replaced (`cachepilot.redact`).
@@ -274,16 +286,27 @@ def stub_text(
     verb = "pruned" if kind == "stub" else "evicted"
     why = f" ({redact(reason)})" if reason and kind == "evict" else ""
     kept = "; keeps: " + ", ".join(keeps) if keeps else ""
-    return (
+    stub = (
         f"[{label} output {verb}{why}: {tokens:,} tokens; "
         f"{pointer(ref if recall else None)}{kept[:_KEEPS_MAX_CHARS]}]"
     )
+    lines = [h for h in handles[:MAX_HANDLES] if is_handle_line(h)]
+    return "\n".join([stub, *lines])
 
 
 def is_stub(text: str) -> bool:
-    """True when `text` is exactly a `stub_text` (a result that a framework already holds as
-    its stub: stubbing it again could only lose the ref it names)."""
-    return len(text) <= _STUB_MAX_CHARS and _STUB.fullmatch(text) is not None
+    """True when `text` is exactly a `stub_text`, the host's handle lines it carries included
+    (a result that a framework already holds as its stub: stubbing it again could only lose
+    the ref it names)."""
+    if len(text) > _STUB_WITH_HANDLES_MAX_CHARS:
+        return False
+    first, *rest = text.split("\n")
+    return (
+        len(first) <= _STUB_MAX_CHARS
+        and _STUB.fullmatch(first) is not None
+        and len(rest) <= MAX_HANDLES
+        and all(is_handle_line(line) for line in rest)
+    )
 
 
 def prune_candidates(
@@ -334,10 +357,12 @@ def prune_candidates(
         tokens = size(i)
         if tokens < config.min_result_tokens or is_stub(messages[i].text):
             continue
+        # The stub keeps the host's pointer lines (about 4 characters a token).
+        kept = 30 + sum(len(h) + 1 for h in host_handles(messages[i].text)) // 4
         if config.evict and key in evictable:
-            out.append(Candidate(i, key, "evict", tokens, evictable[key]))
+            out.append(Candidate(i, key, "evict", tokens, evictable[key], kept))
         elif config.prune:
-            out.append(Candidate(i, key, "stub", tokens, "old tool output"))
+            out.append(Candidate(i, key, "stub", tokens, "old tool output", kept))
     if config.reduce_arguments:
         # A large argument is the exchange's big item: the token budget that keeps recent
         # outputs would keep it for many calls; the last `protect_results` results do.

@@ -15,6 +15,7 @@ from cachepilot.fold.request import (
     MIN_FOLD_MESSAGES,
     FoldMode,
     FoldRequest,
+    fold_handles_block,
     fold_header,
     is_fold_summary,
     summary_body,
@@ -148,6 +149,11 @@ def _prepare(
         source_messages=_source_range(messages, keys, key, end_key),
     )
     header = fold_header(len(new), tokens, ref, recall=recall)
+    handles = fold_handles_block(
+        request.source_messages or new, None if request.source_messages else _text(previous)
+    )
+    if handles:
+        header = f"{header}\n{handles}"
     return _Prepared(key, end_key, ref, header, request)
 
 
@@ -161,6 +167,10 @@ def _source_range(
     except ValueError:
         return ()
     return tuple(messages[start : end + 1]) if start <= end else ()
+
+
+def _text(message: Message | None) -> str | None:
+    return message.text if message is not None else None
 
 
 def _json(message: Message) -> str:

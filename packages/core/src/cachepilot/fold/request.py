@@ -9,16 +9,20 @@ from typing import Any, Literal, TypeAlias
 
 from cachepilot.messages import ImagePart, Message, TextPart
 from cachepilot.plan import FOLD_ID_PREFIX
+from cachepilot.reduce.handles import host_handles, is_handle_line
 from cachepilot.reduce.stubs import pointer
 
 __all__ = [
     "DEFAULT_GUIDELINE",
+    "FOLD_HANDLES_INTRO",
     "FOLD_HEADER_PREFIX",
+    "MAX_FOLD_HANDLES",
     "MIN_FOLD_MESSAGES",
     "FoldMode",
     "FoldRequest",
     "build_summary_prompt",
     "chat_messages",
+    "fold_handles_block",
     "fold_header",
     "is_fold_summary",
     "summary_body",
@@ -33,6 +37,12 @@ FOLD_HEADER_PREFIX = "[earlier conversation folded:"
 
 MIN_FOLD_MESSAGES = 4
 """A fold of fewer messages than this is not worth its summary."""
+
+FOLD_HANDLES_INTRO = "The host saved these folded outputs in full (read them with its own tools):"
+"""Opens the lines under a fold header that keep the host's pointers to its saved outputs."""
+
+MAX_FOLD_HANDLES = 8
+"""Host pointer lines a fold keeps at most (the latest ones; the archive holds them all)."""
 
 DEFAULT_GUIDELINE = """\
 Write a structured summary with these sections, in this order (leave out a section that \
@@ -78,6 +88,39 @@ def fold_header(messages: int, tokens: int, ref: str, *, recall: bool = True) ->
     )
 
 
+def fold_handles_block(messages: Sequence[Message], previous: str | None = None) -> str:
+    """The lines a fold header carries for the host's pointers to outputs it saved in full
+    (`reduce.handles.host_handles` of the folded tool results, after those the `previous`
+    fold summary carried), the latest `MAX_FOLD_HANDLES`; empty when there are none.
+
+    A host that capped an output points to its file (deepagents' `/large_tool_results/<id>`,
+    Claude Code's saved-output path); the fold keeps that pointer in view, so a model that
+    follows the host's prompt still reads the file (DESIGN §2.7)."""
+    found: list[str] = list(_carried_handles(previous)) if previous else []
+    for message in messages:
+        if message.role == "tool":
+            found.extend(host_handles(message.text))
+    latest: list[str] = []
+    for line in reversed(found):  # each line once, at its latest place
+        if line not in latest:
+            latest.append(line)
+            if len(latest) >= MAX_FOLD_HANDLES:
+                break
+    if not latest:
+        return ""
+    return "\n".join([FOLD_HANDLES_INTRO, *reversed(latest)])
+
+
+def _carried_handles(summary: str) -> list[str]:
+    """The handle lines a fold summary's header carries (none when it has no such block)."""
+    _, _, rest = summary.partition("\n")
+    if not rest.startswith(FOLD_HANDLES_INTRO + "\n"):
+        return []
+    block, _, _ = rest.partition("\n\n")
+    lines = block.split("\n")[1 : MAX_FOLD_HANDLES + 1]
+    return [line for line in lines if is_handle_line(line)]
+
+
 def summary_budget(
     replaces: int, minimum: int, share: float = 0.0, maximum: int | None = None
 ) -> int:
@@ -90,9 +133,11 @@ def summary_budget(
 
 
 def summary_body(text: str) -> str:
-    """A fold summary without its header line."""
+    """A fold summary without its header line (and the host's pointer lines under it)."""
     if text.startswith(FOLD_HEADER_PREFIX):
         _, _, rest = text.partition("\n")
+        if rest.startswith(FOLD_HANDLES_INTRO + "\n"):
+            _, _, rest = rest.partition("\n\n")
         return rest.strip()
     return text.strip()
 

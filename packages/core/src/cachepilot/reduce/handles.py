@@ -6,6 +6,10 @@ Claude Code "Output too large … Full output saved to: /…/tool-results/<id>.t
 is how the model gets the full text back through the host's own tools, so cachepilot's
 previews keep it next to their ref (DESIGN §2.7: the host's own handles stay).
 
+Maintenance keeps them too: a stub that replaces an old result (`maintenance.stub_text`) and
+a fold of a stretch of results (`fold.request.fold_handles_block`) carry the handle lines of
+what they replace.
+
 Only the first and the last `HANDLE_SCAN_CHARS` characters are read (hosts put the pointer at
 the head or the tail of their preview), each line on at most `HANDLE_LINE_CHARS`: linear and
 bounded whatever the output's size.
@@ -24,6 +28,7 @@ __all__ = [
     "HANDLE_SCAN_CHARS",
     "MAX_HANDLES",
     "host_handles",
+    "is_handle_line",
     "with_handles",
 ]
 
@@ -68,6 +73,11 @@ def host_handles(text: str) -> list[str]:
             if len(found) >= MAX_HANDLES:
                 break
     return found
+
+
+def is_handle_line(line: str) -> bool:
+    """True when `line` alone is a handle line `host_handles` would keep."""
+    return host_handles(line) == [line]
 
 
 def with_handles(preview: str, handles: list[str], *, before: int, ref: str | None) -> str:
