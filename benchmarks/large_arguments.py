@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from cachepilot.maintenance import MaintenanceConfig
-from cachepilot.pilot import Config
+from cachepilot.maintenance.policy import MaintenanceConfig
+from cachepilot.pilot.facade import Config
 from cachepilot_bench import BenchConfig
 from cachepilot_bench.baselines import Vanilla
 from cachepilot_bench.harness import run_session

@@ -78,7 +78,7 @@ def chat_messages(thread: int, workload: str) -> list[dict[str, Any]]:
 
 def drive_pilot(workload: str, checkpoints: list[int], folder: Path) -> list[tuple[int, float]]:
     from cachepilot import CachePilot, Config, SQLiteArtifactStore, to_messages
-    from cachepilot.state_store import SQLiteStateStore
+    from cachepilot.state.base import SQLiteStateStore
 
     pilot = CachePilot(
         Config(state_idle_seconds=0), store=SQLiteArtifactStore(folder / "artifacts.sqlite")

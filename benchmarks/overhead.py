@@ -17,7 +17,7 @@ import time
 
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.messages import Message, ToolCall
-from cachepilot.pilot import CachePilot
+from cachepilot.pilot.facade import CachePilot
 from cachepilot.tokens import get_counter
 
 SYSTEM = "You are a coding agent. Today is 2026-03-17 14:05:09 UTC. cwd: /home/dev/project."

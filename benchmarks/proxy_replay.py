@@ -35,12 +35,12 @@ import httpx
 
 from cachepilot import CachePilot
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.facts import FactIndex, view_text
-from cachepilot.pilot import Config
+from cachepilot.memory.facts import FactIndex, view_text
+from cachepilot.pilot.facade import Config
 from cachepilot.proxy import ProxyConfig, ProxyEngine, create_app
 from cachepilot.proxy.engine import proxy_pilot_config
 from cachepilot.sim import CacheSimulator, get_profile
-from cachepilot.state_store import MemoryStateStore
+from cachepilot.state.base import MemoryStateStore
 from cachepilot.tokens import get_counter
 from cachepilot_bench.calibrate import estimate_hidden_prefix
 from cachepilot_bench.harness import (

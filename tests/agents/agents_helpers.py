@@ -9,7 +9,7 @@ from typing import Any
 from agents import RunHooks, set_tracing_disabled
 
 from cachepilot import Config
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 
 set_tracing_disabled(True)
 

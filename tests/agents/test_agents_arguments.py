@@ -16,7 +16,7 @@ from transparency_helpers import REF
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot_agents import CachePilotAgents
 
 CONTENT = "\n".join(

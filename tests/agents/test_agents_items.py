@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cachepilot.messages import message_keys, pairing_issues
-from cachepilot.plan import Edit, Epoch, Plan, apply_plan
+from cachepilot.plan.epochs import Edit, Epoch, Plan, apply_plan
 from cachepilot_agents.items import TranscriptBuilder, item_kind
 
 

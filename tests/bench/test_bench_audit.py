@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cachepilot.cli import main
-from cachepilot.pilot import Config
+from cachepilot.pilot.facade import Config
 from cachepilot_bench import cli as bench_cli
 from cachepilot_bench.audit import (
     AuditedAction,

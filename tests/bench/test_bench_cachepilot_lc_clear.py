@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from cachepilot.maintenance import MaintenanceConfig, is_stub
+from cachepilot.maintenance.policy import MaintenanceConfig, is_stub
 from cachepilot.messages import Message, ToolCall, pairing_issues
-from cachepilot.pilot import Config
+from cachepilot.pilot.facade import Config
 from cachepilot.tokens import get_counter
 from cachepilot_bench.peers.cachepilot_lc_clear import CachePilotLcClearToolUses
 from cachepilot_bench.registry import make_strategy

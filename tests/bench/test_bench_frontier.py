@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from cachepilot.cli import main
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot_bench import make_strategy
 from cachepilot_bench.frontier import (
     ALL_SOURCES,

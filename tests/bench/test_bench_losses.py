@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from cachepilot.cli import main
-from cachepilot.facts import Fact
+from cachepilot.memory.facts import Fact
 from cachepilot.messages import Message, ToolCall, message_keys
-from cachepilot.plan import Edit, Epoch, Plan
+from cachepilot.plan.epochs import Edit, Epoch, Plan
 from cachepilot_bench.demo_workload import build_demo_session
 from cachepilot_bench.harness import BenchConfig, run_session
 from cachepilot_bench.losses import (

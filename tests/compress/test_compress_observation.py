@@ -24,7 +24,7 @@ from cachepilot.compress import (
     build_observation_prompt,
 )
 from cachepilot.compress.guideline import DEFAULT_OBSERVATION_GUIDELINE
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall
 from cachepilot.reduce import COMPRESS_STEP, IngestMemory, Pipeline, normalize_output
 from cachepilot.tokens import get_counter

@@ -9,7 +9,7 @@ import pytest
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.metrics import LoggingSink, Metrics, OTelSink, call_metrics, thread_metrics
+from cachepilot.diagnose.metrics import LoggingSink, Metrics, OTelSink, call_metrics, thread_metrics
 from cachepilot.usage import Usage
 
 
@@ -41,7 +41,7 @@ def test_otel_and_logging_sinks_report_archive_failures(caplog: pytest.LogCaptur
         ]
     )
     usage = Usage(input_tokens=2_000, cached_tokens=1_000, output_tokens=10)
-    with caplog.at_level(logging.INFO, logger="cachepilot.metrics"):
+    with caplog.at_level(logging.INFO, logger="cachepilot.diagnose.metrics"):
         metrics.record(call_metrics(usage, thread="t", call=1, archive_failures=3))
         totals = metrics.record(call_metrics(usage, thread="t", call=2))
     assert totals.archive_failures == 3

@@ -11,11 +11,11 @@ import json
 import pytest
 
 from cachepilot import CachePilot, Config, InMemoryArtifactStore
-from cachepilot.arguments import argument_stub, reduce_arguments
-from cachepilot.maintenance import MaintenanceConfig, prune_candidates
+from cachepilot.maintenance.policy import MaintenanceConfig, prune_candidates
 from cachepilot.messages import Message, ToolCall, message_keys, pairing_issues
-from cachepilot.plan import Edit, Epoch, Plan, PlanRenderer, render_plan
-from cachepilot.recall import recall
+from cachepilot.plan.arguments import argument_stub, reduce_arguments
+from cachepilot.plan.epochs import Edit, Epoch, Plan, PlanRenderer, render_plan
+from cachepilot.recall.tool import recall
 from cachepilot.refs import make_ref
 from cachepilot.tokens import get_counter
 from cachepilot_bench import BenchConfig

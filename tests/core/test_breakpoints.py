@@ -1,4 +1,4 @@
-"""Explicit cache breakpoints (`cachepilot.breakpoints`, `CachePilot.cache_breakpoints`).
+"""Explicit cache breakpoints (`cachepilot.pilot.breakpoints`, `CachePilot.cache_breakpoints`).
 
 Sizes are hand-computable with a one-token-per-character encoding: a message renders to its
 characters plus 4 template tokens. Every placement is checked against the simulator: a mark
@@ -12,15 +12,15 @@ import json
 import pytest
 
 from cachepilot import CachePilot, Config, InMemoryArtifactStore
-from cachepilot.breakpoints import (
+from cachepilot.maintenance.policy import MaintenanceConfig
+from cachepilot.messages import Message, ToolCall
+from cachepilot.pilot.breakpoints import (
     HEADER,
     CacheAnchors,
     advance_anchors,
     plan_breakpoints,
     request_breakpoints,
 )
-from cachepilot.maintenance import MaintenanceConfig
-from cachepilot.messages import Message, ToolCall
 from cachepilot.sim import CacheSimulator, Request, get_profile, render_request
 from cachepilot.tokens import TokenCounter
 from cachepilot_bench import BenchConfig, run_bench

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cachepilot import cli, inspect_state
+from cachepilot import cli
 from cachepilot.cli import main
+from cachepilot.diagnose import inspect as inspect_state
 
 
 def test_the_bench_registers_bench_and_demo_through_entry_points(

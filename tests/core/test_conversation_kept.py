@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from cachepilot import CachePilot, Config, InMemoryArtifactStore
 from cachepilot.fold.keep import fold_begin, fold_stretches, is_conversation
 from cachepilot.lifecycle import LifecycleDelta, LifecycleRegistry, RuleEstimator, SegmentState
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall, pairing_issues
 
 SYSTEM = "You are a helpful assistant."

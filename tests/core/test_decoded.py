@@ -1,4 +1,4 @@
-"""JSON carrying text, read as text (`cachepilot.decoded`), and recall's long-line grep."""
+"""JSON carrying text, read as text (`cachepilot.reduce.decoded`), and recall's long-line grep."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cachepilot.artifacts.memory import InMemoryArtifactStore
-from cachepilot.decoded import DECODE_MIN_CHARS, decoded_text
-from cachepilot.recall import recall
+from cachepilot.recall.tool import recall
+from cachepilot.reduce.decoded import DECODE_MIN_CHARS, decoded_text
 
 LOG = "".join(f"step {i}: built target_{i} (ok)\n" for i in range(40))
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from cachepilot.facts import FactIndex, extract_candidates, view_text
+from cachepilot.memory.facts import FactIndex, extract_candidates, view_text
 from cachepilot.messages import Message, ToolCall
 
 

@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.facts import view_text
 from cachepilot.fold import FoldRequest, ResumeBlockSummarizer, plan_fold
 from cachepilot.fold.facts_in_use import FACTS_HEADER, facts_in_use
+from cachepilot.memory.facts import view_text
 from cachepilot.messages import Message, ToolCall
-from cachepilot.plan import Epoch, Plan, apply_plan
+from cachepilot.plan.epochs import Epoch, Plan, apply_plan
 from cachepilot.tokens import get_counter
 
 COUNTER = get_counter()

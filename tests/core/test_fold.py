@@ -32,9 +32,9 @@ from cachepilot.fold import (
     safe_cut,
 )
 from cachepilot.fold.facts_in_use import FACTS_HEADER
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall, message_keys, pairing_issues
-from cachepilot.plan import FOLD_ID_PREFIX, Edit, Epoch, Plan, apply_plan, render_plan
+from cachepilot.plan.epochs import FOLD_ID_PREFIX, Edit, Epoch, Plan, apply_plan, render_plan
 from cachepilot.tokens import TokenCounter, get_counter
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
@@ -260,7 +260,7 @@ def test_invalid_folds_are_skipped_with_a_log_line(caplog: pytest.LogCaptureFixt
     ]
     for edit in cases:
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="cachepilot.plan"):
+        with caplog.at_level(logging.WARNING, logger="cachepilot.plan.epochs"):
             view = apply_plan(messages, _plan(edit), keys)
         assert view == messages, edit.text
         assert len(caplog.records) == 1, edit.text
@@ -273,7 +273,7 @@ def test_invalid_folds_are_skipped_with_a_log_line(caplog: pytest.LogCaptureFixt
     assert apply_plan(messages, _plan(b), keys)[4].text == "[b]"  # b alone is valid
     overlap = Edit(kind="fold", key=keys[4], end_key=keys[7], text="[c]")
     bigger = Edit(kind="fold", key=keys[2], end_key=keys[6], text="[d]")
-    with caplog.at_level(logging.WARNING, logger="cachepilot.plan"):
+    with caplog.at_level(logging.WARNING, logger="cachepilot.plan.epochs"):
         view = apply_plan(messages, _plan(overlap, bigger), keys)
     assert [m.text for m in view if m.text.startswith("[")] == ["[c]"]
 
@@ -292,12 +292,12 @@ def test_folds_persisted_into_the_transcript_render_as_is_without_warnings(
     # planned on the persisted transcript: [first] plus the newer messages up to m7
     second = Edit(kind="fold", key=keys[2], end_key=keys[7], text="[second]")
     plan = _plan(first, second)
-    with caplog.at_level(logging.DEBUG, logger="cachepilot.plan"):
+    with caplog.at_level(logging.DEBUG, logger="cachepilot.plan.epochs"):
         view = apply_plan(after_first, plan)
     assert [m.text for m in view][:3] == [messages[0].text, messages[1].text, "[second]"]
     after_second = [*messages[:2], Message(role="user", content="[second]", id="m2"), *messages[8:]]
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="cachepilot.plan"):
+    with caplog.at_level(logging.WARNING, logger="cachepilot.plan.epochs"):
         assert apply_plan(after_second, plan) == after_second
     assert caplog.records == []
     # a summary that no fold of the plan wrote is still a range that does not resolve
@@ -306,7 +306,7 @@ def test_folds_persisted_into_the_transcript_render_as_is_without_warnings(
         Message(role="user", content="[other]", id="m2"),
         *after_second[3:],
     ]
-    with caplog.at_level(logging.WARNING, logger="cachepilot.plan"):
+    with caplog.at_level(logging.WARNING, logger="cachepilot.plan.epochs"):
         assert apply_plan(foreign, plan) == foreign
     assert len(caplog.records) == 2
 

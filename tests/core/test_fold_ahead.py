@@ -28,7 +28,7 @@ from cachepilot.fold.ahead import (
     ahead_context,
     predicted_next,
 )
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall, pairing_issues
 from cachepilot.reduce import ReduceConfig
 from cachepilot.reduce.normalize import normalize_output

@@ -17,7 +17,7 @@ import pytest
 
 from cachepilot import CachePilot, InMemoryArtifactStore
 from cachepilot.messages import ImagePart, Message, TextPart, ToolCall
-from cachepilot.recall import recall
+from cachepilot.recall.tool import recall
 from cachepilot.reduce import Pipeline, ReduceConfig
 from cachepilot.reduce import images as images_module
 from cachepilot.reduce.images import (

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.maintenance import MaintenanceConfig, decide, fold_pays, prune_candidates
+from cachepilot.maintenance.policy import MaintenanceConfig, decide, fold_pays, prune_candidates
 from cachepilot.messages import (
     Message,
     PairingScanner,
@@ -24,8 +24,8 @@ from cachepilot.messages import (
     message_keys,
     pairing_issues,
 )
-from cachepilot.pilot import CachePilot, Config
-from cachepilot.plan import Edit, Epoch, Plan, PlanRenderer, render_plan
+from cachepilot.pilot.facade import CachePilot, Config
+from cachepilot.plan.epochs import Edit, Epoch, Plan, PlanRenderer, render_plan
 from cachepilot.pricing import Price
 from cachepilot.tokens import get_counter
 

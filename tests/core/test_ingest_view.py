@@ -9,9 +9,9 @@ import re
 import pytest
 
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall
-from cachepilot.pilot import CachePilot, Config
+from cachepilot.pilot.facade import CachePilot, Config
 
 REF = re.compile(r'recall\(ref="([0-9a-f]{12})"\)')
 BIG = "\n".join(f"line {i}: {'x' * 60}" for i in range(3_000))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from cachepilot import CachePilot, Config, InMemoryArtifactStore
-from cachepilot.events import LoopEvent
-from cachepilot.maintenance import Candidate, MaintenanceConfig, decide
+from cachepilot.maintenance.policy import Candidate, MaintenanceConfig, decide
 from cachepilot.messages import Message
+from cachepilot.pilot.events import LoopEvent
 from cachepilot.sim import get_profile
 from cachepilot.tokens import get_counter
 

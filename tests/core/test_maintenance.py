@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.maintenance import Candidate, MaintenanceConfig, decide, prune_candidates
+from cachepilot.maintenance.policy import Candidate, MaintenanceConfig, decide, prune_candidates
 from cachepilot.messages import Message, ToolCall, message_keys, pairing_issues
-from cachepilot.pilot import CachePilot, Config
+from cachepilot.pilot.facade import CachePilot, Config
 from cachepilot.pricing import Price
 from cachepilot.tokens import TokenCounter
 
@@ -416,7 +416,7 @@ def test_finished_task_folds_are_on_by_default_and_can_be_turned_off() -> None:
 
 
 def test_task_fold_cost_model_by_hand() -> None:
-    from cachepilot.maintenance import task_fold_estimate
+    from cachepilot.maintenance.policy import task_fold_estimate
 
     sizes = [100, 5_000, 5_000, 200, 300]  # task statement, finished task, current task
     cfg = MaintenanceConfig(fold_summary_tokens=500)
@@ -433,7 +433,7 @@ def test_task_fold_cost_model_by_hand() -> None:
 
 
 def test_a_finished_task_fold_pays_by_the_rule_of_cost_model_folds() -> None:
-    from cachepilot.maintenance import task_fold_estimate
+    from cachepilot.maintenance.policy import task_fold_estimate
 
     sizes = [100, 2_500, 2_500, 200, 300]  # removes 4,500 tokens: below the least fold
     cfg = MaintenanceConfig(fold_summary_tokens=500)
@@ -450,7 +450,7 @@ def test_a_finished_task_fold_pays_by_the_rule_of_cost_model_folds() -> None:
 
 
 def test_a_fold_pays_only_past_the_margin() -> None:
-    from cachepilot.maintenance import task_fold_estimate
+    from cachepilot.maintenance.policy import task_fold_estimate
 
     sizes = [100, 5_000, 5_000, 200, 300]
     # saving 9,500 × 0.1e-6 × 2 = 0.0019 against a re-miss of 1,000 × 0.9e-6 = 0.0009:

@@ -22,9 +22,9 @@ from cachepilot.fold.request import (
     fold_handles_block,
     summary_body,
 )
-from cachepilot.maintenance import MaintenanceConfig, is_stub, stub_text
+from cachepilot.maintenance.policy import MaintenanceConfig, is_stub, stub_text
 from cachepilot.messages import Message, ToolCall, message_keys
-from cachepilot.plan import Epoch, Plan
+from cachepilot.plan.epochs import Epoch, Plan
 from cachepilot.reduce.handles import HANDLE_LINE_CHARS, MAX_HANDLES, host_handles
 
 CLAUDE_CODE = (

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.canonical.freeze import Canonicalizer
-from cachepilot.identity_memo import IdentityMemo
 from cachepilot.messages import Message, ToolCall, content_hash
-from cachepilot.pilot import CachePilot, Config
-from cachepilot.plan import Edit, _edited
+from cachepilot.pilot.facade import CachePilot, Config
+from cachepilot.plan.epochs import Edit, _edited
 from cachepilot.sim.render import _memo_for
+from cachepilot.support.identity_memo import IdentityMemo
 from cachepilot.tokens import get_counter
 
 MAINTENANCE: dict[str, Any] = {

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.messages import Message, ToolCall
-from cachepilot.pilot import CachePilot, Config
+from cachepilot.pilot.facade import CachePilot, Config
 
 MAINTENANCE: dict[str, Any] = {
     "prune": True,

@@ -13,7 +13,7 @@ import pytest
 
 from cachepilot import CachePilot, Config, InMemoryArtifactStore
 from cachepilot.fold import FOLD_HEADER_PREFIX
-from cachepilot.maintenance import MaintenanceConfig, is_stub, stub_text
+from cachepilot.maintenance.policy import MaintenanceConfig, is_stub, stub_text
 from cachepilot.messages import Message, ToolCall, pairing_issues
 
 CALL = "recall("

@@ -14,8 +14,9 @@ HEAVY = ("langchain", "langchain_core", "langgraph", "agents", "openai")
 def test_core_never_imports_a_framework() -> None:
     # The command's parser included: it loads the bench's subcommands through entry points.
     code = (
-        "import sys, cachepilot, cachepilot.pilot, cachepilot.sim, cachepilot.cli, "
-        "cachepilot.lifecycle, cachepilot.memory, cachepilot.metrics, cachepilot.inspect_state; "
+        "import sys, cachepilot, cachepilot.pilot.facade, cachepilot.sim, cachepilot.cli, "
+        "cachepilot.lifecycle, cachepilot.memory, cachepilot.diagnose.metrics, "
+        "cachepilot.diagnose.inspect; "
         "cachepilot.cli._build_parser(); "
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))"
     )

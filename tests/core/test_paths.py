@@ -1,4 +1,4 @@
-"""The per-user directory (`cachepilot.paths`)."""
+"""The per-user directory (`cachepilot.support.paths`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cachepilot.paths import cache_home
+from cachepilot.support.paths import cache_home
 
 
 def test_cache_home_honours_the_override_and_the_platform(

@@ -29,13 +29,13 @@ from pydantic import ValidationError
 
 from cachepilot.artifacts import ArtifactStore, InMemoryArtifactStore, SQLiteArtifactStore
 from cachepilot.canonical import CanonicalConfig
-from cachepilot.log_labels import thread_label
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall
-from cachepilot.pilot import CachePilot, Config, IngestReport, PilotState
-from cachepilot.recall import RECALL_TOOL_NAME
+from cachepilot.pilot.facade import CachePilot, Config, IngestReport, PilotState
+from cachepilot.recall.tool import RECALL_TOOL_NAME
 from cachepilot.reduce import NO_OUTPUT, PASSES_BY_NAME, ReduceConfig
 from cachepilot.sim import CacheSimulator, Request, common_prefix, get_profile, render_request
+from cachepilot.support.log_labels import thread_label
 from cachepilot.tokens import TokenCounter
 from cachepilot.usage import Usage
 from cachepilot_bench.demo_workload import (
@@ -51,7 +51,7 @@ from cachepilot_bench.traces.session import Session
 PROFILE = "openai-gpt-5.4-mini"
 RECALL_IN_TEXT = re.compile(r'recall\(ref="([0-9a-f]{12})"\)')
 DATA_URL = re.compile(r"data:image/[A-Za-z0-9.+-]+;base64,")
-PILOT_LOGGER = "cachepilot.pilot"
+PILOT_LOGGER = "cachepilot.pilot.facade"
 
 # --------------------------------------------------------------------------------------------
 # helpers

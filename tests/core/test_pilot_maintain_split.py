@@ -10,7 +10,7 @@ from typing import Any
 
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.messages import Message, ToolCall
-from cachepilot.pilot import CachePilot, Config
+from cachepilot.pilot.facade import CachePilot, Config
 
 SETTINGS: dict[str, Any] = {
     "protect_tool_tokens": 400,

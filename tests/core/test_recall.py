@@ -19,7 +19,7 @@ from cachepilot.artifacts import (
     SQLiteArtifactStore,
 )
 from cachepilot.canonical import canonical_json
-from cachepilot.recall import (
+from cachepilot.recall.tool import (
     DEFAULT_MAX_CHARS,
     RECALL_TOOL_NAME,
     RECALL_TOOL_SCHEMA,

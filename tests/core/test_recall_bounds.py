@@ -8,7 +8,7 @@ from bounded_run import run_bounded
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.recall import MAX_GREP_CHARS, recall
+from cachepilot.recall.tool import MAX_GREP_CHARS, recall
 
 _SETUP = """
 import asyncio, json, threading, time

@@ -14,21 +14,21 @@ import pytest
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.diagnose import explain
+from cachepilot.diagnose.breaks import explain
 from cachepilot.fold import ResumeBlockSummarizer, plan_fold
-from cachepilot.maintenance import MaintenanceConfig, stub_text
+from cachepilot.maintenance.policy import MaintenanceConfig, stub_text
 from cachepilot.memory import SessionMemory
 from cachepilot.messages import Message, ToolCall
-from cachepilot.redact import (
+from cachepilot.reduce import Pipeline
+from cachepilot.reduce.pipeline import REDACT_STEP
+from cachepilot.sim import Request
+from cachepilot.support.redact import (
     MARKER_PREFIX,
     RedactingFilter,
     contains_secret,
     redact,
     redact_slice,
 )
-from cachepilot.reduce import Pipeline
-from cachepilot.reduce.pipeline import REDACT_STEP
-from cachepilot.sim import Request
 
 # Built at run time: no credential-shaped literal sits in the repository.
 OPENAI = "sk-proj-" + "Ab3dEf9hIjK1mNoPqR5tUvWxYz" * 3 + "_-Q7"
@@ -170,7 +170,7 @@ def test_adversarial_inputs_finish(tmp_path: object) -> None:
     """Every pattern is linear: megabyte-sized worst cases run in a child with a hard limit."""
     code = textwrap.dedent(
         """
-        from cachepilot.redact import redact
+        from cachepilot.support.redact import redact
         n = 400_000
         cases = ["sk-" * n, "eyJ" * n, "a" * 3 * n, "-----BEGIN PRIVATE KEY-----" * (n // 8),
                  "password=" * (n // 3), "://a:" * n, "AKIA" * n, "bearer " * n,

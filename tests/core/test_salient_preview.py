@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from cachepilot import CachePilot
 from cachepilot.artifacts.memory import InMemoryArtifactStore
-from cachepilot.decoded import decoded_text
-from cachepilot.recall import recall
+from cachepilot.recall.tool import recall
 from cachepilot.reduce import (
     REDUCED_STUB_RE,
     STUB_OVERHEAD,
@@ -21,6 +20,7 @@ from cachepilot.reduce import (
     default_pipeline,
     normalize_output,
 )
+from cachepilot.reduce.decoded import decoded_text
 from cachepilot.reduce.passes.size import head_tail_preview
 from cachepilot.reduce.preview import DECODED_NOTE, salient_preview
 from cachepilot.reduce.salience import LineScorer, call_terms, clean_line

@@ -7,7 +7,7 @@ import json
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.lifecycle import LifecycleRegistry
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall, message_keys
 
 

@@ -6,8 +6,8 @@ import json
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.fold.facts_in_use import output_values
-from cachepilot.maintenance import MaintenanceConfig, is_stub, stub_text
+from cachepilot.maintenance.policy import MaintenanceConfig, is_stub, stub_text
+from cachepilot.memory.values import output_values
 from cachepilot.messages import Message, ToolCall
 
 SECRET = "sk-proj-" + "Z9y8X7w6V5u4T3s2R1q0" * 3

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot.messages import ImagePart, Message, TextPart, ToolCall
-from cachepilot.pilot import CachePilot, Config
-from cachepilot.recall import RECALL_TOOL_NAME
-from cachepilot.views import VIEW_KIND, view_key
+from cachepilot.pilot.facade import CachePilot, Config
+from cachepilot.recall.tool import RECALL_TOOL_NAME
+from cachepilot.reduce.views import VIEW_KIND, view_key
 
 REF = re.compile(r'recall\(ref="([0-9a-f]{12})"\)')
 CONFIG = Config(maintenance=MaintenanceConfig(enabled=False))

@@ -15,7 +15,7 @@ import pytest
 from cachepilot.audit import audit_file, format_report, load_calls
 from cachepilot.audit.cli import parse_rate
 from cachepilot.cli import main
-from cachepilot.diagnose import CAUSES
+from cachepilot.diagnose.breaks import CAUSES
 
 HERE = Path(__file__).resolve().parent / "cassettes"
 TESTS = Path(__file__).resolve().parents[1]

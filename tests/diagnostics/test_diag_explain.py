@@ -1,4 +1,4 @@
-"""`cachepilot.diagnose.explain`: every cause class on hand-made request pairs."""
+"""`cachepilot.diagnose.breaks.explain`: every cause class on hand-made request pairs."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cachepilot.diagnose import CAUSES, explain, message_text
+from cachepilot.diagnose.breaks import CAUSES, explain, message_text
 from cachepilot.messages import Message, ReasoningPart, TextPart, ToolCall
-from cachepilot.plan import FOLD_ID_PREFIX
+from cachepilot.plan.epochs import FOLD_ID_PREFIX
 from cachepilot.sim import Request
 
 PROFILE = "openai-gpt-5.4-mini"

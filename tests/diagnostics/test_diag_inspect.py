@@ -17,8 +17,8 @@ from langgraph.graph.message import add_messages
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import SQLiteArtifactStore
 from cachepilot.cli import main
-from cachepilot.inspect_state import inspect_report, load_threads
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.diagnose.inspect import inspect_report, load_threads
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot_bench.demo_workload import DEMO_TOOL_SCHEMAS, build_demo_session
 from cachepilot_langgraph.inspect import from_checkpointer
 

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from cachepilot import CachePilot
-from cachepilot.metrics import (
+from cachepilot.diagnose.metrics import (
     CallMetrics,
     InMemorySink,
     LoggingSink,
@@ -64,7 +64,7 @@ def test_metrics_aggregate_and_survive_a_failing_sink(caplog: pytest.LogCaptureF
 
     memory = InMemorySink()
     metrics = Metrics([Broken(), memory, LoggingSink()])
-    with caplog.at_level(logging.INFO, logger="cachepilot.metrics"):
+    with caplog.at_level(logging.INFO, logger="cachepilot.diagnose.metrics"):
         for n in range(3):
             metrics.record(sample(n, epoch=0 if n == 2 else None))
     totals = metrics.thread("t1")

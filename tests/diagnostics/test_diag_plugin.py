@@ -1,6 +1,6 @@
 """The pytest plugin (`cachepilot.testing`, opted into with `-p cachepilot.testing`) in a
 real inner pytest run: a vcrpy test replaying a cassette with two tool-set changes; and
-`cachepilot.guard`, which needs no pytest."""
+`cachepilot.audit.guard`, which needs no pytest."""
 
 from __future__ import annotations
 
@@ -116,10 +116,10 @@ def test_plugin_is_opt_in(pytester: pytest.Pytester) -> None:
 
 
 def test_assert_cache_stable_without_pytest() -> None:
-    """`cachepilot.guard` works in a process where pytest cannot be imported."""
+    """`cachepilot.audit.guard` works in a process where pytest cannot be imported."""
     code = (
         "import sys; sys.modules['pytest'] = None\n"
-        "from cachepilot.guard import CacheAuditError, assert_cache_stable\n"
+        "from cachepilot.audit.guard import CacheAuditError, assert_cache_stable\n"
         f"path = {str(HERE / 'tool_changes.json')!r}\n"
         "assert_cache_stable(path, allow=['tool_change'])\n"
         "try:\n"

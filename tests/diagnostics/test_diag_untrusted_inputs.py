@@ -36,7 +36,7 @@ from cachepilot.artifacts.sqlite_readonly import ReadOnlySQLiteArtifactStore, co
 from cachepilot.audit import audit_file, load_calls
 from cachepilot.audit.inflate import BodyTooLargeError, body_limit, inflate
 from cachepilot.cli import main
-from cachepilot.inspect_state import load_threads
+from cachepilot.diagnose.inspect import load_threads
 from cachepilot_langgraph.checkpoint_reader import decode_typed
 
 MONTH = 31 * 24 * 3600

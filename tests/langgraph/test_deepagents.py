@@ -32,7 +32,7 @@ from lg_scripted import REF, ScriptedChatModel, command_log, tool_call
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.maintenance import MaintenanceConfig, is_stub
+from cachepilot.maintenance.policy import MaintenanceConfig, is_stub
 from cachepilot.messages import Message, ToolCall
 from cachepilot_langgraph import CachePilotMiddleware
 from cachepilot_langgraph.deepagents import (

@@ -303,7 +303,7 @@ def test_parallel_tool_calls_merge_pilot_state(scripted) -> None:
 
 
 def test_metrics_reach_the_sinks(scripted) -> None:
-    from cachepilot.metrics import InMemorySink, Metrics
+    from cachepilot.diagnose.metrics import InMemorySink, Metrics
 
     sink = InMemorySink()
     pilot = _pilot()

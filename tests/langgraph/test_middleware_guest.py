@@ -22,7 +22,7 @@ from lg_scripted import REF, run_command, tool_call
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot_langgraph import CachePilotMiddleware
 
 BIG = "\n".join(f"row {i}: {'v' * 70}" for i in range(4_000))

@@ -15,7 +15,7 @@ from lg_scripted import run_command, tool_call
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.fold import FOLD_HEADER_PREFIX
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot_langgraph import CachePilotMiddleware
 
 

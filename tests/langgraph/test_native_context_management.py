@@ -25,7 +25,7 @@ from lg_scripted import REF, ScriptedChatModel, command_log, read_note, run_comm
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.maintenance import MaintenanceConfig, is_stub
+from cachepilot.maintenance.policy import MaintenanceConfig, is_stub
 from cachepilot_langgraph import CachePilotMiddleware
 
 THREAD = "native"

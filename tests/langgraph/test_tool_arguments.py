@@ -17,7 +17,7 @@ from lg_scripted import ScriptedChatModel
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.messages import message_keys, pairing_issues
-from cachepilot.plan import Edit, Epoch, Plan, render_plan
+from cachepilot.plan.epochs import Edit, Epoch, Plan, render_plan
 from cachepilot_langgraph import MessageConverter, to_langchain
 
 agents = pytest.importorskip("langchain.agents")

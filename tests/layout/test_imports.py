@@ -22,8 +22,8 @@ from layout_graph import (
 
 def test_the_graph_is_read_from_the_tree() -> None:
     graph = import_graph()
-    assert "cachepilot.pilot" in graph
-    assert "cachepilot.prepare" in graph["cachepilot.pilot"]
+    assert "cachepilot.pilot.facade" in graph
+    assert "cachepilot.pilot.prepare" in graph["cachepilot.pilot.facade"]
 
 
 def test_no_import_cycles() -> None:
@@ -196,7 +196,7 @@ def bench_imports(known: dict[str, Path]) -> list[tuple[str, str]]:
 
 def test_core_imports_no_agent_framework() -> None:
     known = modules()
-    assert "cachepilot.metrics" in known and "cachepilot.inspect_state" in known
+    assert "cachepilot.diagnose.metrics" in known and "cachepilot.diagnose.inspect" in known
     assert framework_imports(known) == []
 
 

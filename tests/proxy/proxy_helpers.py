@@ -14,7 +14,7 @@ import uvicorn
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.proxy import ProxyConfig, ProxyEngine, create_app
-from cachepilot.state_store import MemoryStateStore, StateStore
+from cachepilot.state.base import MemoryStateStore, StateStore
 
 
 class RunningProxy:

@@ -46,7 +46,7 @@ from cachepilot.proxy import ProxyConfig, ProxyEngine
 from cachepilot.proxy.engine import proxy_pilot_config
 from cachepilot.proxy.secret import SECRET_THREAD, Secret, SecretUnavailableError, load_secret
 from cachepilot.proxy.stores import open_stores
-from cachepilot.state_store import MemoryStateStore
+from cachepilot.state.base import MemoryStateStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
 from server_helpers import PrivatePostgres, PrivateRedis, database, postgres_url_or_skip

@@ -19,7 +19,7 @@ from scripts import BASH, SYSTEM
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.fold.ahead import SUMMARY_STAGES
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot.messages import Message, ToolCall
 from cachepilot_bench.replay import ReplayProvider, ReplayScript, ReplayTurn
 

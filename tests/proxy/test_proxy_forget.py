@@ -15,7 +15,7 @@ from scripts import BASH, BIG, CALL, SYSTEM, plain_script
 
 from cachepilot import CachePilot, Config, InMemoryArtifactStore, SQLiteArtifactStore
 from cachepilot.artifacts.base import REMOVED_BY_FORGET
-from cachepilot.state_store import SQLiteStateStore
+from cachepilot.state.base import SQLiteStateStore
 from cachepilot_bench.replay import ReplayProvider
 
 KEEP = "keep-this-thread"

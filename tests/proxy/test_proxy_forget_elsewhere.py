@@ -20,7 +20,7 @@ from test_proxy_faults import CALLS, STORES, _thread_names, forbidden, fresh_sto
 from test_proxy_replicas import session
 
 from cachepilot.proxy.stores import open_stores
-from cachepilot.state_store import MemoryStateStore, SQLiteStateStore
+from cachepilot.state.base import MemoryStateStore, SQLiteStateStore
 
 FORGET_AT = 6
 

@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 
 from cachepilot import CachePilot, Config, InMemoryArtifactStore
-from cachepilot.maintenance import MaintenanceConfig, is_stub
+from cachepilot.maintenance.policy import MaintenanceConfig, is_stub
 from cachepilot.proxy import ProxyConfig, ProxyEngine
-from cachepilot.state_store import MemoryStateStore
+from cachepilot.state.base import MemoryStateStore
 
 SYSTEM = "You are a coding agent. Large outputs are saved to files; read them when needed."
 TOOL = {

@@ -26,7 +26,7 @@ from cachepilot.messages import Message
 from cachepilot.proxy import ProxyConfig, ProxyEngine
 from cachepilot.proxy.engine import proxy_pilot_config
 from cachepilot.proxy.stores import open_stores
-from cachepilot.state_store import MemoryStateStore, SQLiteStateStore, StateStore
+from cachepilot.state.base import MemoryStateStore, SQLiteStateStore, StateStore
 from cachepilot_bench.replay import ReplayProvider, ReplayScript, ReplayTurn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))

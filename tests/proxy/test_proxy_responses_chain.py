@@ -25,7 +25,7 @@ from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.messages import Message, ToolCall
 from cachepilot.proxy.calls import ARGUMENT_CHARS, MAX_CALLS, MAX_CHARS, SeenCalls, streamed_call
 from cachepilot.sim import DEFAULT_PROFILE
-from cachepilot.state_store import MemoryStateStore
+from cachepilot.state.base import MemoryStateStore
 from cachepilot_bench.replay import ReplayProvider, ReplayRecord, ReplayScript, ReplayTurn
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -422,7 +422,7 @@ def test_a_restarted_proxy_still_puts_the_exchange_back(api: Api, tmp_path: Any)
     new proxy process on the same store, still starts with what the upstream saw."""
     from cachepilot import CachePilot, Config
     from cachepilot.artifacts import SQLiteArtifactStore
-    from cachepilot.state_store import SQLiteStateStore
+    from cachepilot.state.base import SQLiteStateStore
 
     path = tmp_path / "proxy.sqlite"
     replies, _ = script("reasoning")

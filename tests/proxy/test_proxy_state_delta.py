@@ -18,7 +18,7 @@ from test_proxy_replicas import session
 
 from cachepilot.proxy import ProxyConfig, ProxyEngine
 from cachepilot.proxy.state_delta import rebuild, reverse_delta
-from cachepilot.state_store import SQLiteStateStore
+from cachepilot.state.base import SQLiteStateStore
 
 _scalars = st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2) | st.text(max_size=4)
 

@@ -25,7 +25,7 @@ from proxy_helpers import RunningProxy, running_proxy
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.messages import Message
-from cachepilot.state_store import MemoryStateStore
+from cachepilot.state.base import MemoryStateStore
 from cachepilot_bench.provider_rules import ProviderRules
 from cachepilot_bench.replay import ReplayProvider, ReplayScript
 

@@ -17,12 +17,12 @@ from proxy_helpers import running_proxy
 from scripts import BASH, BIG, CALL, SYSTEM, plain_script
 
 from cachepilot.artifacts import SQLiteArtifactStore
-from cachepilot.inspect_state import load_threads
-from cachepilot.pilot import CachePilot, Config
+from cachepilot.diagnose.inspect import load_threads
+from cachepilot.pilot.facade import CachePilot, Config
 from cachepilot.proxy import ProxyConfig, identify
 from cachepilot.proxy.secret import Secret, load_secret
 from cachepilot.proxy.threads import key_scope
-from cachepilot.state_store import SQLiteStateStore
+from cachepilot.state.base import SQLiteStateStore
 from cachepilot.wire import read_view, split_like, write_view
 from cachepilot_bench.replay import ReplayProvider
 

@@ -15,9 +15,9 @@ from scripts import ANTHROPIC_BASH, BIG, CALL, FINAL, plain_script
 
 from cachepilot import CachePilot, Config
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.inspect_state import load_threads
+from cachepilot.diagnose.inspect import load_threads
 from cachepilot.proxy.families import FAMILY_DOC_KEY
-from cachepilot.state_store import MemoryStateStore, SQLiteStateStore, StateStore
+from cachepilot.state.base import MemoryStateStore, SQLiteStateStore, StateStore
 from cachepilot_bench.replay import ReplayProvider
 
 RULES = "Follow the house rules and keep every answer short. " * 120

@@ -10,7 +10,7 @@ import pytest
 from server_helpers import PrivatePostgres
 
 from cachepilot import CachePilot, Config
-from cachepilot.metrics import thread_metrics
+from cachepilot.diagnose.metrics import thread_metrics
 from cachepilot_langgraph.store import LangGraphArtifactStore
 
 pytestmark = pytest.mark.timeout(180)

@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
-from cachepilot.facts import Fact, FactIndex
-from cachepilot.pilot import Config
+from cachepilot.memory.facts import Fact, FactIndex
+from cachepilot.pilot.facade import Config
 from cachepilot.sim import Request, render_request
 from cachepilot.tokens import get_counter
 from cachepilot_bench.audit_pilot import AuditPilot, TakenAction, Veto

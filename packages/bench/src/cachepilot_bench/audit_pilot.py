@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cachepilot.artifacts import ArtifactStore, InMemoryArtifactStore
-from cachepilot.maintenance import Candidate, rates
+from cachepilot.maintenance.policy import Candidate, rates
+from cachepilot.maintenance.view_cache import ViewCache
 from cachepilot.messages import Message
-from cachepilot.pilot import CachePilot, Config
-from cachepilot.pilot_state import PilotState
-from cachepilot.plan import PlanView
+from cachepilot.pilot.facade import CachePilot, Config
+from cachepilot.pilot.state import PilotState
+from cachepilot.plan.epochs import PlanView
 from cachepilot.sim import get_profile
 from cachepilot.tokens import TokenCounter
-from cachepilot.view_cache import ViewCache
 
 __all__ = ["ACTION_KINDS", "ActionKind", "AuditPilot", "TakenAction", "Veto"]
 

@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from cachepilot.facts import Fact, FactIndex, view_text
+from cachepilot.memory.facts import Fact, FactIndex, view_text
 from cachepilot.messages import Message, TextPart, ToolCall, pairing_issues
 from cachepilot.pricing import Price, cost
 from cachepilot.sim import DEFAULT_PROFILE, CacheSimulator, Request, get_profile, render_request

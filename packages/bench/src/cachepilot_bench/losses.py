@@ -1,7 +1,7 @@
 """Why a fact left the view: per-fact accounting of cachepilot's visible-fidelity losses.
 
 The bench counts, at each call, the facts the agent uses that its view does not show
-(`cachepilot.facts`). This module replays sessions through a cachepilot setting and, for
+(`cachepilot.memory.facts`). This module replays sessions through a cachepilot setting and, for
 every such fact, names the step that removed it from the tool output it came from:
 
 * `ingest`: the ingestion gate's text of that output already lacks it (a reduction pass or
@@ -26,9 +26,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Literal, TextIO
 
-from cachepilot.facts import Fact, message_search_text
+from cachepilot.memory.facts import Fact, message_search_text
 from cachepilot.messages import KeyTracker, Message
-from cachepilot.plan import Edit, Plan, render_plan
+from cachepilot.plan.epochs import Edit, Plan, render_plan
 from cachepilot.tokens import get_counter
 from cachepilot_bench.harness import BenchConfig, run_session
 from cachepilot_bench.ours import CachePilotStrategy

@@ -15,9 +15,9 @@ from cachepilot.compress import (
     ObservationCompressor,
     StandInCompressor,
 )
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot.messages import Message
-from cachepilot.pilot import CachePilot, Config
+from cachepilot.pilot.facade import CachePilot, Config
 from cachepilot.sim import get_profile
 from cachepilot_bench.strategy import (
     CallContext,

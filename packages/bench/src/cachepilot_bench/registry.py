@@ -86,7 +86,7 @@ def make_strategy(name: str) -> Strategy:
             missing (the message names the extra to install).
     """
     if is_variant(name):
-        from cachepilot.pilot import Config
+        from cachepilot.pilot.facade import Config
         from cachepilot_bench.ours import CachePilotStrategy
 
         tuned = CachePilotStrategy(Config(maintenance=parse_variant(name)))

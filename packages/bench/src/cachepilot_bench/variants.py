@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 
 __all__ = [
     "SWEEP_GRID",

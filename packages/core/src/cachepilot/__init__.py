@@ -14,7 +14,7 @@ from cachepilot.convert import (
     to_responses,
 )
 from cachepilot.messages import Message, TextPart, ToolCall
-from cachepilot.pilot import CachePilot, Config, PilotState
+from cachepilot.pilot.facade import CachePilot, Config, PilotState
 from cachepilot.usage import Usage
 
 __all__ = [

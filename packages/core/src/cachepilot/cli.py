@@ -78,7 +78,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     handlers = _plugin_commands(sub)
     from cachepilot.audit.cli import add_audit_parser, cmd_audit
     from cachepilot.compress.cli import add_optimize_parser, cmd_optimize
-    from cachepilot.inspect_state import add_inspect_parser, cmd_inspect
+    from cachepilot.diagnose.inspect import add_inspect_parser, cmd_inspect
     from cachepilot.proxy.cli import add_forget_parser, add_proxy_parser, cmd_forget, cmd_proxy
 
     add_audit_parser(sub)
@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `cachepilot` command."""
     parser, handlers = _build_parser()
     args = parser.parse_args(argv)
-    from cachepilot.redact import install_logging, redact
+    from cachepilot.support.redact import install_logging, redact
 
     # No credential shape reaches the terminal.
     install_logging(logging.DEBUG if args.verbose else logging.WARNING)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cachepilot.canonical import CanonicalConfig
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot.reduce import ReduceConfig
 from cachepilot.sim import get_profile
 from cachepilot.tokens import DEFAULT_ENCODING

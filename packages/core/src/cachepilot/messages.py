@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-from cachepilot.identity_memo import IdentityMemo
+from cachepilot.support.identity_memo import IdentityMemo
 
 __all__ = [
     "MISSING_RESULT",

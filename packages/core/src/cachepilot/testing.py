@@ -20,12 +20,12 @@ not counted, e.g. `history_rewrite` for an agent that compacts on purpose), `min
 (simulated hit rate over the cassette, optional), `provider` (profile name; default by API),
 `cassette` (audit this file too, e.g. when the cassette is opened outside the test body).
 Prefix breaks are changes of the request itself: volatile values, tool and system changes,
-history rewrites, model and parameter changes (`cachepilot.diagnose.PREFIX_BREAK_CAUSES`).
+history rewrites, model and parameter changes (`cachepilot.diagnose.breaks.PREFIX_BREAK_CAUSES`).
 
 The `cachepilot_audit` fixture does the same on demand (`cachepilot_audit.check(...)`).
 Cassettes are found by wrapping vcrpy's `Cassette.load` while a marked test runs, so
 `vcr.use_cassette`, a `VCR` instance and pytest-recording's `@pytest.mark.vcr` all work.
-`assert_cache_stable` needs no pytest: it lives in `cachepilot.guard` (and is re-exported
+`assert_cache_stable` needs no pytest: it lives in `cachepilot.audit.guard` (and is re-exported
 here). The hooks are classic hook wrappers, so any pytest from 7 on can load the plugin.
 """
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from cachepilot.guard import (
+from cachepilot.audit.guard import (
     CacheAuditError,
     CassetteAudit,
     CassetteRecorder,

@@ -16,8 +16,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from cachepilot.identity_memo import IdentityMemo
 from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart
+from cachepilot.support.identity_memo import IdentityMemo
 
 __all__ = [
     "DEFAULT_ENCODING",

@@ -24,9 +24,9 @@ from typing import Any
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from cachepilot import CachePilot
-from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
 from cachepilot.sim import get_profile
+from cachepilot.support.log_labels import thread_label
 
 __all__ = ["MarkedRequest", "is_anthropic_model", "mark_request", "uses_breakpoints"]
 

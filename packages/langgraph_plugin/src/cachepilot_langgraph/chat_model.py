@@ -51,8 +51,8 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from cachepilot import CachePilot
 from cachepilot.canonical import tool_name
 from cachepilot.fold import is_context_length_error
-from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
+from cachepilot.support.log_labels import thread_label
 from cachepilot.usage import Usage
 from cachepilot_langgraph._framework_private import identifying_params, llm_type
 from cachepilot_langgraph._shared import (

@@ -25,10 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from cachepilot import CachePilot
-from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
 from cachepilot.reduce.handles import HANDLE_LINE_CHARS
-from cachepilot.views import result_text, view_key
+from cachepilot.reduce.views import result_text, view_key
+from cachepilot.support.log_labels import thread_label
 
 __all__ = ["EVICTED_DIR", "EvictedViews", "evicted_file_name"]
 

@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from cachepilot.inspect_state import STATE_KEY, InspectedThread, from_channel_values
+from cachepilot.diagnose.inspect import STATE_KEY, InspectedThread, from_channel_values
 from cachepilot_langgraph import checkpoint_reader
 
 __all__ = ["from_checkpointer", "read_checkpoint_database"]

@@ -52,11 +52,11 @@ from langgraph.types import Command
 
 from cachepilot import CachePilot
 from cachepilot.canonical import tool_name
+from cachepilot.diagnose.metrics import Metrics, call_metrics, langsmith_metadata
 from cachepilot.fold import is_context_length_error
-from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
-from cachepilot.metrics import Metrics, call_metrics, langsmith_metadata
-from cachepilot.recall import RECALL_TOOL_NAME
+from cachepilot.recall.tool import RECALL_TOOL_NAME
+from cachepilot.support.log_labels import thread_label
 from cachepilot.usage import Usage
 from cachepilot_langgraph._shared import current_config, export, sync_state, use_graph_store
 from cachepilot_langgraph.cache_marks import is_anthropic_model, mark_request, uses_breakpoints

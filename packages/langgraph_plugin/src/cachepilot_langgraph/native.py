@@ -18,7 +18,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, ToolMessage
 
-from cachepilot.maintenance import is_stub
+from cachepilot.maintenance.policy import is_stub
 from cachepilot.messages import Message
 
 __all__ = ["CONTEXT_EDITING_KEY", "STRATEGY", "mark_stubs", "natively_cleared"]

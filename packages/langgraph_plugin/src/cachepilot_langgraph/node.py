@@ -30,8 +30,8 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from cachepilot import CachePilot
-from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
+from cachepilot.support.log_labels import thread_label
 from cachepilot_langgraph._shared import (
     current_store,
     link_of,

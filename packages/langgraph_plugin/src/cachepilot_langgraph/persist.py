@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from langchain_core.messages import BaseMessage, RemoveMessage
 
 from cachepilot.messages import Message, message_keys
-from cachepilot.plan import Plan, render_plan
+from cachepilot.plan.epochs import Plan, render_plan
 from cachepilot_langgraph.convert import MessageConverter, to_langchain
 
 __all__ = ["persisted_edits"]

@@ -12,7 +12,7 @@ from langgraph.config import get_config
 from langgraph.prebuilt import ToolRuntime
 
 from cachepilot import CachePilot
-from cachepilot.recall import (
+from cachepilot.recall.tool import (
     DEFAULT_MAX_CHARS,
     RECALL_TOOL_DESCRIPTION,
     RECALL_TOOL_NAME,

@@ -34,7 +34,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.graph.message import Messages, add_messages
 
 from cachepilot import CachePilot
-from cachepilot.recall import RECALL_TOOL_NAME
+from cachepilot.recall.tool import RECALL_TOOL_NAME
 from cachepilot_langgraph._shared import (
     current_config,
     is_ingested,

@@ -13,7 +13,7 @@ from langchain_core.runnables import RunnableConfig
 from typing_extensions import TypedDict
 
 from cachepilot import CachePilot
-from cachepilot.log_labels import thread_label
+from cachepilot.support.log_labels import thread_label
 
 __all__ = [
     "PILOT_STATE_KEY",

@@ -25,7 +25,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from cachepilot import CachePilot
-from cachepilot.recall import RECALL_TOOL_DESCRIPTION, RECALL_TOOL_NAME
+from cachepilot.recall.tool import RECALL_TOOL_DESCRIPTION, RECALL_TOOL_NAME
 from cachepilot_langgraph._shared import (
     link_of,
     mark_ingested,

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachepilot.messages import ContentPart, ImagePart, Message, ReasoningPart, TextPart, ToolCall
-from cachepilot.plan import FOLD_ID_PREFIX, Plan, fold_message
+from cachepilot.plan.epochs import FOLD_ID_PREFIX, Plan, fold_message
 
 __all__ = ["Segment", "Transcript", "TranscriptBuilder", "item_kind"]
 

@@ -45,8 +45,8 @@ from openai.types.responses import ResponseCompletedEvent, ResponseUsage
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 from cachepilot.fold import is_context_length_error
-from cachepilot.log_labels import thread_label
-from cachepilot.recall import RECALL_TOOL_NAME
+from cachepilot.recall.tool import RECALL_TOOL_NAME
+from cachepilot.support.log_labels import thread_label
 from cachepilot_agents._context import PreparedCall
 from cachepilot_agents._sdk_private import (
     RUN_END_HOOK,

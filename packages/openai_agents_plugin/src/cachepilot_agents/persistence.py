@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cachepilot import CachePilot
-from cachepilot.log_labels import thread_label
+from cachepilot.support.log_labels import thread_label
 from cachepilot_agents.exchanges import EXCHANGE_KIND, Exchange, ExchangeBook
 from cachepilot_agents.session import CachePilotSession
 from cachepilot_agents.state import StateStore, state_store_for

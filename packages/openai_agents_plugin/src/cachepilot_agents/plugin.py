@@ -45,9 +45,9 @@ from agents.usage import Usage as SdkUsage
 
 from cachepilot import CachePilot
 from cachepilot.artifacts.base import check_thread
-from cachepilot.log_labels import thread_label
-from cachepilot.metrics import call_metrics, thread_metrics
-from cachepilot.recall import RECALL_TOOL_NAME
+from cachepilot.diagnose.metrics import call_metrics, thread_metrics
+from cachepilot.recall.tool import RECALL_TOOL_NAME
+from cachepilot.support.log_labels import thread_label
 from cachepilot.usage import Usage
 from cachepilot_agents._context import PREPARED, PreparedCall
 from cachepilot_agents._sdk_private import handoff_target, sends_default_cache_key

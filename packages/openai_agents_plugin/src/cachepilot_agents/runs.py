@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from cachepilot.log_labels import thread_label
+from cachepilot.support.log_labels import thread_label
 from cachepilot_agents._sdk_private import current_run
 
 __all__ = ["RunScopes", "current_run"]

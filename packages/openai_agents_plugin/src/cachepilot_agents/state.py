@@ -19,9 +19,9 @@ from pathlib import Path
 from agents.memory import SQLiteSession
 
 from cachepilot.artifacts import default_store_path
-from cachepilot.state_store import MemoryStateStore, SQLiteStateStore, StateStore
-from cachepilot.state_store_redis import RedisStateStore
-from cachepilot.state_store_sql import SQLAlchemyStateStore
+from cachepilot.state.base import MemoryStateStore, SQLiteStateStore, StateStore
+from cachepilot.state.redis import RedisStateStore
+from cachepilot.state.sql import SQLAlchemyStateStore
 from cachepilot_agents._sdk_private import redis_session_parts
 
 __all__ = [

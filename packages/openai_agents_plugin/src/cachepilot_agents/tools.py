@@ -13,7 +13,7 @@ from agents import FunctionTool
 from agents.tool_context import ToolContext
 
 from cachepilot import CachePilot
-from cachepilot.recall import RECALL_TOOL_DESCRIPTION, RECALL_TOOL_NAME, RECALL_TOOL_PARAMETERS
+from cachepilot.recall.tool import RECALL_TOOL_DESCRIPTION, RECALL_TOOL_NAME, RECALL_TOOL_PARAMETERS
 
 __all__ = ["answer_recall", "recall_tool"]
 

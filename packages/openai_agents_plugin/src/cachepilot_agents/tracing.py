@@ -1,7 +1,7 @@
 """Cache metrics in OpenAI Agents SDK traces: a custom span per model call.
 
 ```python
-from cachepilot.metrics import call_metrics
+from cachepilot.diagnose.metrics import call_metrics
 from cachepilot_agents.tracing import agents_custom_span
 
 with agents_custom_span(record, thread_totals):  # inside a run: attached to its trace
@@ -19,7 +19,7 @@ from typing import Any
 
 from agents.tracing import custom_span
 
-from cachepilot.metrics import CallMetrics, ThreadMetrics
+from cachepilot.diagnose.metrics import CallMetrics, ThreadMetrics
 
 __all__ = ["agents_custom_span"]
 

@@ -28,9 +28,9 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 from langgraph.runtime import Runtime
 from langsmith.run_helpers import tracing_context
 
-from cachepilot.maintenance import is_stub
+from cachepilot.maintenance.policy import is_stub
 from cachepilot.messages import Message
-from cachepilot.pilot import Config
+from cachepilot.pilot.facade import Config
 from cachepilot_bench.ours import CachePilotStrategy
 from cachepilot_bench.peers._common import PairingWatch, is_prefix
 from cachepilot_bench.peers.lc_convert import LcConverter, from_lc_reusing

@@ -4,6 +4,9 @@ The rank files are OpenAI's published ones (see `NOTICE.md` beside this module).
 checked against the SHA-256 that tiktoken itself checks, parsed in tiktoken's `.tiktoken`
 format and turned into a `tiktoken.Encoding` with the split pattern and special tokens that
 `tiktoken_ext.openai_public` gives these encodings, so counts equal `tiktoken.get_encoding`.
+
+Part `_encodings` of the core (docs/architecture.md). May import: no other part;
+tests/layout/test_parts.py checks it.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 Every lossy edit archives the original first; `recall` serves it back byte-identical. Artifacts
 are content-addressed (the ref is a sha256 prefix, see `cachepilot.refs`) and namespaced per
 thread: a ref from another thread is "not found".
+
+Part `artifacts` of the core (docs/architecture.md). May import: `refs`;
+tests/layout/test_parts.py checks it.
 """
 
 from __future__ import annotations

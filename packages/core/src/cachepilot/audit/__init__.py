@@ -13,8 +13,11 @@ for call in report.prefix_breaks:
 Inputs: vcrpy cassettes (YAML or JSON) and JSONL request logs of OpenAI Chat, OpenAI
 Responses and Anthropic Messages calls (`cachepilot.audit.sources`). Calls are grouped into
 threads (`cachepilot.audit.threads`), simulated under a provider profile and explained with
-`cachepilot.diagnose.explain` (`cachepilot.audit.run`); `cachepilot_bench.request_logs` turns
+`cachepilot.diagnose.breaks.explain` (`cachepilot.audit.run`); `cachepilot_bench.request_logs` turns
 recorded trajectories into request logs.
+
+Part `audit` of the core (docs/architecture.md). May import: `canonical`, `diagnose`,
+`messages`, `pricing`, `sim`, `tokens`, `usage`, `wire`; tests/layout/test_parts.py checks it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cachepilot.audit.run import AuditReport, CallAudit
-from cachepilot.diagnose import Explanation
+from cachepilot.diagnose.breaks import Explanation
 
 __all__ = ["format_report"]
 

@@ -3,7 +3,7 @@
 One `CacheSimulator` serves the whole file in file order: a provider's prompt cache is shared
 by every request of one account, so a new thread can hit a prefix another thread wrote.
 Each call after the first of its thread is explained against the thread's previous call
-(`cachepilot.diagnose.explain`). When the provider's usage was recorded, a call whose content
+(`cachepilot.diagnose.breaks.explain`). When the provider's usage was recorded, a call whose content
 extends the previous one but whose recorded hit ratio falls far below the simulated one is a
 `provider_miss` (eviction or routing the request cannot show), a `ttl_expiry` when it
 came after the TTL, or a `provider_edit` when the request asks the provider to edit its
@@ -31,7 +31,7 @@ from typing import Any
 
 from cachepilot.audit.sources import LoggedCall, load_calls
 from cachepilot.audit.threads import Thread, group_threads
-from cachepilot.diagnose import CAUSES, CauseKind, Explanation, explain
+from cachepilot.diagnose.breaks import CAUSES, CauseKind, Explanation, explain
 from cachepilot.pricing import Cost
 from cachepilot.sim import DEFAULT_PROFILE, PROFILES, CacheSimulator, ProviderProfile, get_profile
 from cachepilot.sim.render import render_request

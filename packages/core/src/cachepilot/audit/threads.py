@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from cachepilot.audit.sources import LoggedCall
 from cachepilot.canonical import canonicalize_text
-from cachepilot.diagnose import message_text
+from cachepilot.diagnose.breaks import message_text
 from cachepilot.messages import Message, content_hash
 from cachepilot.sim.render import Request
 from cachepilot.wire import STRONG_KEYS

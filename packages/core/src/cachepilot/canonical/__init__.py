@@ -76,6 +76,9 @@ escaped; paths containing spaces are only recognised under a configured ``cwd``/
 with ``dedupe_values=True`` two fields that coincidentally hold the same value (a start time equal
 to "now" on the first call) share one placeholder, which changes the canonical text when they
 diverge later: set ``dedupe_values=False`` for such prompts.
+
+Part `canonical` of the core (docs/architecture.md). May import: `messages`, `support`;
+tests/layout/test_parts.py checks it.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ from cachepilot.canonical.volatility import (
     merge_learned,
     text_digest,
 )
-from cachepilot.identity_memo import IdentityMemo
 from cachepilot.messages import ContentPart, Message, TextPart
+from cachepilot.support.identity_memo import IdentityMemo
 
 __all__ = [
     "CanonicalState",

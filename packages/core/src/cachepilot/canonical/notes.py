@@ -24,8 +24,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from cachepilot.canonical.config import CanonicalConfig
-from cachepilot.identity_memo import IdentityMemo
 from cachepilot.messages import Message
+from cachepilot.support.identity_memo import IdentityMemo
 
 __all__ = [
     "CLOCK_KINDS",

@@ -9,6 +9,9 @@
 - `optimize_guideline` (`cachepilot optimize-guideline`): improves a guideline from paired
   runs (full context vs compressed context, with success flags) with an optimizer model.
 - `StandInCompressor`: a deterministic stand-in for benchmark replays (not a model).
+
+Part `compress` of the core (docs/architecture.md). May import: `artifacts`, `fold`, `memory`,
+`messages`, `reduce`, `refs`, `support`, `tokens`; tests/layout/test_parts.py checks it.
 """
 
 from __future__ import annotations

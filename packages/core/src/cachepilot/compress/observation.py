@@ -33,10 +33,10 @@ from cachepilot.artifacts import ArtifactStore
 from cachepilot.compress.chat import ChatModel
 from cachepilot.compress.guideline import Guideline, guideline_digest, guideline_text
 from cachepilot.messages import Message
-from cachepilot.redact import redact
 from cachepilot.reduce import IngestMemory, ReduceConfig, ToolResult, source_key
 from cachepilot.reduce.memory import canonical_args
 from cachepilot.refs import make_ref
+from cachepilot.support.redact import redact
 from cachepilot.tokens import DEFAULT_ENCODING, get_counter
 
 __all__ = [

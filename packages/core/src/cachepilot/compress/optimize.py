@@ -358,7 +358,9 @@ class _Probe:
 def _facts_by_source(messages: Sequence[Message]) -> tuple[dict[int, set[str]], dict[int, int]]:
     """Facts used later, by the index of the tool message they came from; and the index of
     the first assistant message that used each source."""
-    from cachepilot.facts import FactIndex  # the same definition of a fact the bench measures
+    from cachepilot.memory.facts import (
+        FactIndex,  # the same definition of a fact the bench measures
+    )
 
     index = FactIndex(messages)
     by_source: dict[int, set[str]] = {}

@@ -1,7 +1,7 @@
 """The fold: last-resort summarization of everything before the protected tail.
 
 A fold replaces one range of the view with a single summary message (a `fold` edit of the
-plan, see `cachepilot.plan`). The range starts right after the task statement (the first user
+plan, see `cachepilot.plan.epochs`). The range starts right after the task statement (the first user
 message, which stays visible verbatim) and ends before the protected tail, at a boundary that
 never separates an assistant's tool calls from their results. The folded messages are archived
 first, as JSON, and the summary's header names the ref, so nothing is lost::
@@ -17,6 +17,9 @@ Modules: `cachepilot.fold.cut` (where a range starts and ends), `.request` (the 
 request, header and guideline), `.summary` (summarizers from chat models), `.resume` (the
 zero-LLM resume block), `.plan` (planning a fold, the emergency fold), `.errors`
 (context-length errors).
+
+Part `fold` of the core (docs/architecture.md). May import: `artifacts`, `memory`, `messages`,
+`plan`, `reduce`, `support`, `tokens`; tests/layout/test_parts.py checks it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from cachepilot.fold.request import MIN_FOLD_MESSAGES, is_fold_summary
 from cachepilot.messages import Message
-from cachepilot.plan import Edit, PlanView
+from cachepilot.plan.epochs import Edit, PlanView
 from cachepilot.tokens import TokenCounter, get_counter
 
 __all__ = ["cut_before", "fold_start", "safe_cut", "straddled"]

@@ -20,25 +20,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
-from cachepilot.facts import count_candidates, extract_candidates, message_search_text
 from cachepilot.fold.ahead import SUMMARY_STAGES
 from cachepilot.memory import patterns
+from cachepilot.memory.facts import count_candidates, extract_candidates, message_search_text
 from cachepilot.memory.tools import analyze_call
+from cachepilot.memory.values import SCAN_HEAD, SCAN_TAIL
+from cachepilot.memory.values import output_scores as _output_scores
+from cachepilot.memory.values import ranked as _ranked
 from cachepilot.messages import Message
-from cachepilot.redact import redact
+from cachepilot.support.redact import redact
 from cachepilot.tokens import TokenCounter
 
-__all__ = ["FACTS_HEADER", "facts_in_use", "output_values"]
+__all__ = ["FACTS_HEADER", "facts_in_use"]
 
 FACTS_HEADER = "Facts in use (exact values from folded tool output, latest first):"
 
-_SCAN_HEAD = 24_000
-_SCAN_TAIL = 6_000
-_MAX_VALUES_PER_SOURCE = 400
 _MAX_SOURCES = 200
-_MAX_VALUE_CHARS = 100
 _LABEL_CHARS = 80
 _KEY_CHARS = 300
 _READ_LABEL = "file "
@@ -46,12 +44,8 @@ _HALF_LIFE = 30.0
 """Messages after which a value's priority halves."""
 _MAX_MISSES = 64
 _MAX_MESSAGES = 8 * int(_HALF_LIFE) * 2
-_SECRET_MIN_CHARS = 16
-_DEDUPE_AGAINST = 24
 _IN_USE = 10.0
 """Score added to a value the agent repeated or acted on."""
-_DEFINED = 2.0
-"""Score added to a name the output defines."""
 
 
 @dataclass(slots=True)
@@ -129,36 +123,6 @@ def facts_in_use(
             chosen[key].discard(value)
             over -= counter.count(value) + 1
     return ""
-
-
-def output_values(text: str, max_chars: int, *, scan_chars: int | None = None) -> list[str]:
-    """The most telling exact values of one tool output (names it defines, then the most
-    specific and frequent), as many as fit in `max_chars` joined by ", "; credentials
-    redacted first. For the stub that replaces the output, and the size gate's note on
-    the lines its preview leaves out.
-
-    `scan_chars`: scan this many characters of the output (its middle included) instead of
-    the usual head and tail window; the scan stays linear in it.
-    """
-    if max_chars <= 0 or not text:
-        return []
-    if scan_chars is not None and scan_chars > _SCAN_HEAD + _SCAN_TAIL:
-        tail = min(_SCAN_TAIL, scan_chars // 4)
-        # Not memoised: the cache holds small windows, not whole outputs.
-        scored = _score(redact(patterns.window(text, scan_chars - tail, tail)))
-    else:
-        scored = _output_scores(text)
-    out: list[str] = []
-    used = 0
-    for value in _ranked(scored):
-        if "]" in value or ";" in value:
-            continue
-        cost = len(value) + (2 if out else 0)
-        if used + cost > max_chars:
-            continue
-        out.append(value)
-        used += cost
-    return out
 
 
 def _render(
@@ -239,49 +203,9 @@ def _collect(messages: Sequence[Message]) -> list[_Source]:
     return [s for s in by_label.values() if s.values]
 
 
-def _output_scores(text: str) -> dict[str, float]:
-    """`_score` of one tool output's scan window (redacted first), memoised: the same output
-    is scored again at every later fold of a range that holds it."""
-    return dict(_scored_window(patterns.window(text, _SCAN_HEAD, _SCAN_TAIL)))
-
-
-@lru_cache(maxsize=2_048)
-def _scored_window(window: str) -> tuple[tuple[str, float], ...]:
-    # Redacted before values are cut out of it: a secret stripped of its `key=` context
-    # would no longer look like one.
-    return tuple(_score(redact(window)).items())
-
-
-def _score(text: str) -> dict[str, float]:
-    definitions = set(patterns.code_definitions(text))
-    scored: dict[str, float] = {}
-    for value, count in count_candidates(text).items():
-        if len(value) > _MAX_VALUE_CHARS or "\n" in value:
-            continue
-        if len(value) >= _SECRET_MIN_CHARS and value != redact(value):
-            continue  # a value that still looks like a credential on its own
-        score = patterns.specificity(value) + min(count, 5) * 0.2 + min(len(value), 40) / 40
-        if value in definitions or value.rsplit(".", 1)[-1] in definitions:
-            score += _DEFINED
-        scored[value] = score
-    best = sorted(scored, key=lambda v: (-scored[v], v))[:_MAX_VALUES_PER_SOURCE]
-    return {v: scored[v] for v in best}
-
-
 def _agent_values(message: Message) -> Iterable[str]:
     text = message_search_text(message)
-    return extract_candidates(patterns.window(text, _SCAN_HEAD, _SCAN_TAIL))
-
-
-def _ranked(values: dict[str, float]) -> list[str]:
-    ordered = sorted(values, key=lambda v: (-values[v], v))
-    # A value inside a longer kept value adds nothing the longer one does not say.
-    kept: list[str] = []
-    for value in ordered:
-        # (against the first few only: the check is quadratic, and the top matters most)
-        if not any(value in other for other in kept[:_DEDUPE_AGAINST]):
-            kept.append(value)
-    return kept
+    return extract_candidates(patterns.window(text, SCAN_HEAD, SCAN_TAIL))
 
 
 def _label(name: str, args: dict[str, object] | object) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from cachepilot.fold.cut import straddled
 from cachepilot.fold.request import is_fold_summary
 from cachepilot.messages import Message
-from cachepilot.plan import Edit
+from cachepilot.plan.epochs import Edit
 
 __all__ = ["fold_begin", "fold_stretches", "is_conversation"]
 

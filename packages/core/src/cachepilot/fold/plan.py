@@ -24,8 +24,8 @@ from cachepilot.fold.request import (
 from cachepilot.fold.resume import DEFAULT_FACTS_SHARE, ResumeBlockSummarizer
 from cachepilot.fold.summary import Summarizer
 from cachepilot.messages import Message, message_keys
-from cachepilot.plan import Edit, Plan, PlanView, render_plan
-from cachepilot.redact import redact
+from cachepilot.plan.epochs import Edit, Plan, PlanView, render_plan
+from cachepilot.support.redact import redact
 from cachepilot.tokens import TokenCounter, get_counter
 
 __all__ = [

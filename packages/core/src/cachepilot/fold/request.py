@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from cachepilot.messages import ImagePart, Message, TextPart
-from cachepilot.plan import FOLD_ID_PREFIX
+from cachepilot.plan.epochs import FOLD_ID_PREFIX
 from cachepilot.reduce.handles import host_handles, is_handle_line
 from cachepilot.reduce.stubs import pointer
 

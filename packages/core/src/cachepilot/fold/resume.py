@@ -3,11 +3,11 @@ default summarizer, and the fallback whenever another one fails)."""
 
 from __future__ import annotations
 
-from cachepilot.facts import view_text
 from cachepilot.fold.ahead import SUMMARY_STAGES
 from cachepilot.fold.facts_in_use import facts_in_use
 from cachepilot.fold.request import FoldMode, FoldRequest
 from cachepilot.memory import SessionMemory
+from cachepilot.memory.facts import view_text
 from cachepilot.tokens import TokenCounter, get_counter
 
 __all__ = ["DEFAULT_FACTS_SHARE", "ResumeBlockSummarizer"]

@@ -14,6 +14,9 @@ ones. The maintenance layer stubs evictable units at its scheduled points.
 
 `LLMEstimator(model)` asks any LangChain chat model or OpenAI client instead of (or after)
 the rules.
+
+Part `lifecycle` of the core (docs/architecture.md). May import: `messages`, `reduce`,
+`support`; tests/layout/test_parts.py checks it.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from cachepilot.lifecycle.resources import (
     same_path,
 )
 from cachepilot.messages import Message, message_keys
-from cachepilot.redact import redact
+from cachepilot.support.redact import redact
 
 __all__ = ["DEFAULT_CONTINUE_PATTERNS", "Estimator", "LifecycleRegistry", "supersedes"]
 

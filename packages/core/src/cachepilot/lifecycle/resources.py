@@ -19,8 +19,8 @@ from typing import Any
 
 from cachepilot.lifecycle.model import Effect, EffectOp
 from cachepilot.messages import Message, ReasoningPart, TextPart
-from cachepilot.redact import redact
 from cachepilot.reduce import classify_tool, coerce_args, source_key
+from cachepilot.support.redact import redact
 
 __all__ = [
     "DONE_MARKERS",

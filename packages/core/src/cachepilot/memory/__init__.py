@@ -12,6 +12,9 @@ Items (`MemoryItem`) are tasks, files, commands, errors, decisions, identifiers,
 facts and milestones, linked by dependency edges (command → file, file → error, command →
 error, error → task). Tasks and errors have a status lifecycle with valid transitions only.
 The fold uses the resume block when no summarizer model is configured; cold resumes too.
+
+Part `memory` of the core (docs/architecture.md). May import: `messages`, `support`, `tokens`;
+tests/layout/test_parts.py checks it.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Protocol
 from cachepilot.memory import patterns
 from cachepilot.memory.model import ACTION_WEIGHTS, ItemKind, MemoryItem, Relation, Status
 from cachepilot.memory.tools import READ_PROGRAMS
-from cachepilot.redact import redact
+from cachepilot.support.redact import redact
 from cachepilot.tokens import TokenCounter, get_counter
 
 __all__ = ["HEADER", "RESUME_TIERS", "SECTIONS", "MemoryView", "project_root", "resume_block"]

@@ -36,7 +36,7 @@ from cachepilot.memory.tools import (
     command_key,
 )
 from cachepilot.messages import Message, message_keys
-from cachepilot.redact import redact
+from cachepilot.support.redact import redact
 from cachepilot.tokens import TokenCounter
 
 __all__ = ["ACTION_WEIGHTS", "CAP_SHARES", "PendingCall", "SessionMemory"]

@@ -12,6 +12,10 @@ from cachepilot.proxy import ProxyConfig, ProxyEngine, create_app, serve
 
 serve(ProxyConfig(upstream="https://api.anthropic.com", port=8787))
 ```
+
+Part `proxy` of the core (docs/architecture.md). May import: `artifacts`, `canonical`,
+`diagnose`, `messages`, `pilot`, `recall`, `sim`, `state`, `support`, `tokens`, `usage`, `wire`;
+tests/layout/test_parts.py checks it.
 """
 
 from __future__ import annotations

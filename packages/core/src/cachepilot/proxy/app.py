@@ -134,7 +134,7 @@ def create_app_from_env() -> Starlette:
     """The app of one worker process of `serve(config, workers=N)` (a uvicorn factory): it
     logs as the `cachepilot` command does and counts `/metrics` with the other workers."""
     from cachepilot.proxy.http_protocol import HeaderTimeoutProtocol
-    from cachepilot.redact import install_logging
+    from cachepilot.support.redact import install_logging
 
     install_logging(int(os.environ.get(_LOG_LEVEL_ENV, str(logging.WARNING))))
     config = ProxyConfig.from_json(os.environ[_CONFIG_ENV])

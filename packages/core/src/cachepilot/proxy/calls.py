@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from cachepilot.messages import Message, ToolCall
-from cachepilot.recall import RECALL_TOOL_NAME
+from cachepilot.recall.tool import RECALL_TOOL_NAME
 
 __all__ = ["SeenCalls", "compact_arguments", "streamed_call"]
 

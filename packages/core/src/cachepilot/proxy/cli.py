@@ -277,7 +277,7 @@ def cmd_forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Run `cachepilot forget`; returns the exit status."""
     import asyncio
 
-    from cachepilot.pilot import CachePilot
+    from cachepilot.pilot.facade import CachePilot
     from cachepilot.proxy.families import forget_member
     from cachepilot.proxy.memory import family_of
     from cachepilot.proxy.secret import SecretUnavailableError, load_secret

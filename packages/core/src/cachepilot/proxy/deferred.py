@@ -18,7 +18,7 @@ from typing import Any
 
 from cachepilot.artifacts import ArtifactStore
 from cachepilot.proxy.secret import Secret, SecretUnavailableError, load_secret
-from cachepilot.state_store import StateStore
+from cachepilot.state.base import StateStore
 
 __all__ = ["DeferredArtifactStore", "StoreOpener"]
 

@@ -26,10 +26,9 @@ from urllib.parse import parse_qsl
 
 import httpx
 
-from cachepilot.log_labels import set_thread_labeler, thread_label
+from cachepilot.diagnose.metrics import call_metrics
 from cachepilot.messages import ContentPart, Message, ToolCall
-from cachepilot.metrics import call_metrics
-from cachepilot.pilot import CachePilot, Config
+from cachepilot.pilot.facade import CachePilot, Config
 from cachepilot.proxy.calls import streamed_call
 from cachepilot.proxy.config import ProxyConfig
 from cachepilot.proxy.deferred import StoreOpener
@@ -43,8 +42,9 @@ from cachepilot.proxy.relay import Relay, add_usage, sse_bytes
 from cachepilot.proxy.secret import Secret, SecretUnavailableError
 from cachepilot.proxy.stores import open_stores
 from cachepilot.proxy.threads import AUTH_HEADERS, identify
-from cachepilot.recall import RECALL_TOOL_NAME
-from cachepilot.state_store import StateStore
+from cachepilot.recall.tool import RECALL_TOOL_NAME
+from cachepilot.state.base import StateStore
+from cachepilot.support.log_labels import set_thread_labeler, thread_label
 from cachepilot.usage import Usage
 from cachepilot.wire import (
     Api,

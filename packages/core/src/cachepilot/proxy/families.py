@@ -44,12 +44,12 @@ from dataclasses import dataclass
 from cachepilot.canonical.notes import message_digest
 from cachepilot.canonical.text import LEARNED_KIND
 from cachepilot.canonical.volatility import Baseline, learn, replace_learned, text_digest
-from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
 from cachepilot.proxy.family_docs import FAMILY_DOC_KEY, forget_member
 from cachepilot.proxy.memory import StoreUnavailableError, Threads
 from cachepilot.proxy.threads import ThreadId
-from cachepilot.state_store import VersionedStateStore
+from cachepilot.state.base import VersionedStateStore
+from cachepilot.support.log_labels import thread_label
 from cachepilot.wire.body import STRONG_KEYS
 
 __all__ = ["FAMILY_DOC_KEY", "Families", "forget_member"]

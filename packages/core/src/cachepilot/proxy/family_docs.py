@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from cachepilot.state_store import StateStore
+from cachepilot.state.base import StateStore
 
 __all__ = ["FAMILY_DOC_KEY", "forget_member"]
 

@@ -36,14 +36,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from cachepilot.messages import Message
-from cachepilot.pilot import CachePilot
+from cachepilot.pilot.facade import CachePilot
 from cachepilot.proxy.calls import SeenCalls
 from cachepilot.proxy.family_docs import forget_member
 from cachepilot.proxy.forms import BlockForms
 from cachepilot.proxy.recall import Splices
 from cachepilot.proxy.state_delta import rebuild, reverse_delta
 from cachepilot.sim import RenderedRequest
-from cachepilot.state_store import StateStore, VersionedStateStore
+from cachepilot.state.base import StateStore, VersionedStateStore
 
 __all__ = ["StoreUnavailableError", "ThreadMemory", "Threads", "family_of"]
 

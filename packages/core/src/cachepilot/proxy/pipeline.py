@@ -7,7 +7,7 @@ it is seen, the same text on every later request), `CachePilot.prepare` canonica
 system prompt, orders the tools with `recall` among them and applies the thread's plan, and
 the result is written back into the client's body (every field the proxy does not change is
 kept). For Anthropic Messages, `cache_control` breakpoints are added where they pay (see
-`cachepilot.breakpoints`; the thread's stable anchors come from `CachePilot.stable_anchors`),
+`cachepilot.pilot.breakpoints`; the thread's stable anchors come from `CachePilot.stable_anchors`),
 only in the slots the client's own marks leave, counted per marked block as the API counts
 them: the body sent never carries more than four, and the client's marks stay on their
 blocks (docs/proxy.md). A message or system prompt the client sends as a string that the
@@ -28,16 +28,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cachepilot.breakpoints import plan_breakpoints
 from cachepilot.canonical import tool_name
-from cachepilot.log_labels import thread_label
 from cachepilot.messages import Message
-from cachepilot.pilot import CachePilot
+from cachepilot.pilot.breakpoints import plan_breakpoints
+from cachepilot.pilot.facade import CachePilot
 from cachepilot.proxy.config import ProxyConfig
 from cachepilot.proxy.memory import ThreadMemory
 from cachepilot.proxy.recall import recall_tool
-from cachepilot.recall import RECALL_TOOL_NAME
+from cachepilot.recall.tool import RECALL_TOOL_NAME
 from cachepilot.sim import ProviderProfile, Request, get_profile, render_request
+from cachepilot.support.log_labels import thread_label
 from cachepilot.tokens import get_counter
 from cachepilot.wire import (
     BodyView,

@@ -15,9 +15,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from cachepilot.log_labels import thread_label
-from cachepilot.metrics import CallMetrics
+from cachepilot.diagnose.metrics import CallMetrics
 from cachepilot.proxy.shared_metrics import COLUMNS, SharedCounters
+from cachepilot.support.log_labels import thread_label
 
 __all__ = ["CONTENT_TYPE", "ProxyMetrics"]
 

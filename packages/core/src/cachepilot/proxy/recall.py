@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cachepilot.messages import Message, ToolCall
-from cachepilot.pilot import CachePilot
-from cachepilot.recall import DEFAULT_MAX_CHARS, RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA
+from cachepilot.pilot.facade import CachePilot
+from cachepilot.recall.tool import DEFAULT_MAX_CHARS, RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA
 from cachepilot.wire import (
     Api,
     BodyView,

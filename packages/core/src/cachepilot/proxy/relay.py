@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cachepilot.proxy.recall import is_recall_part
-from cachepilot.recall import RECALL_TOOL_NAME
+from cachepilot.recall.tool import RECALL_TOOL_NAME
 from cachepilot.wire import Api, SSEEvent, StreamReply, dumps
 
 __all__ = ["Relay", "add_usage", "sse_bytes"]

@@ -17,7 +17,7 @@ import json
 import logging
 import secrets
 
-from cachepilot.state_store import RESERVED_PREFIX, StateStore, VersionedStateStore
+from cachepilot.state.base import RESERVED_PREFIX, StateStore, VersionedStateStore
 
 __all__ = ["RESERVED_PREFIX", "SECRET_THREAD", "Secret", "SecretUnavailableError", "load_secret"]
 

@@ -21,7 +21,7 @@ from typing import cast
 
 from cachepilot.artifacts import ArtifactStore, SQLiteArtifactStore
 from cachepilot.proxy.deferred import DeferredArtifactStore
-from cachepilot.state_store import SQLiteStateStore, StateStore
+from cachepilot.state.base import SQLiteStateStore, StateStore
 
 __all__ = ["is_url", "open_stores"]
 
@@ -61,7 +61,7 @@ def open_stores(store: str | Path, *, deferred: bool = False) -> tuple[ArtifactS
             from sqlalchemy.ext.asyncio import create_async_engine
 
             from cachepilot.artifacts.sql import SQLArtifactStore
-            from cachepilot.state_store_sql import SQLAlchemyStateStore
+            from cachepilot.state.sql import SQLAlchemyStateStore
         except ImportError as exc:
             raise ValueError(
                 f"a PostgreSQL --store needs the postgres extra: pip install "
@@ -95,7 +95,7 @@ def _open_redis(url: str) -> tuple[ArtifactStore, StateStore]:
         import redis.asyncio
 
         from cachepilot.artifacts.redis import RedisArtifactStore
-        from cachepilot.state_store_redis import RedisStateStore
+        from cachepilot.state.redis import RedisStateStore
     except ImportError as exc:
         raise ValueError(
             f"a Redis --store needs the redis extra: pip install 'cachepilot[redis]' ({exc})"

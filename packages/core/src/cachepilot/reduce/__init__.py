@@ -10,6 +10,10 @@ the original byte for byte.
     memory = IngestMemory()
     reduction = pipeline.run("bash", {"command": "pytest"}, "call_1",
                              normalize_output(output), memory)
+
+Part `reduce` of the core (docs/architecture.md). May import: `memory`, `messages`, `refs`,
+`support`;
+tests/layout/test_parts.py checks it.
 """
 
 from __future__ import annotations

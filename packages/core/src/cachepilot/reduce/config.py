@@ -172,7 +172,7 @@ class ReduceConfig(BaseModel):
     values_chars: int = 400
     """Characters the size gate's preview adds for the exact values of the omitted lines
     (field names, paths, dotted and camel-case names, ids and quoted strings a documentation
-    page or a log defines, most specific first, see `fold.facts_in_use.output_values`): an
+    page or a log defines, most specific first, see `memory.values.output_values`): an
     agent often uses one of them right away, and a recall round trip costs more than the
     line; 0: none."""
     hard_cap: int = 200_000

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cachepilot.redact import redact
 from cachepilot.refs import is_ref
+from cachepilot.support.redact import redact
 
 __all__ = [
     "KEY_ARGUMENTS",

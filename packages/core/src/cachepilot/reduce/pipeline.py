@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cachepilot.redact import redact
 from cachepilot.reduce.config import STUB_OVERHEAD, ReduceConfig
 from cachepilot.reduce.handles import HANDLED_SLACK, host_handles, with_handles
 from cachepilot.reduce.memory import IngestMemory, call_signature, coerce_args, source_key
@@ -18,6 +17,7 @@ from cachepilot.reduce.passes import PASSES, PassContext, ReductionPass
 from cachepilot.reduce.passes.size import head_tail_preview
 from cachepilot.reduce.stubs import NO_OUTPUT, blank_stub, compressed_note
 from cachepilot.refs import make_ref
+from cachepilot.support.redact import redact
 
 __all__ = [
     "COMPRESS_STEP",
@@ -37,7 +37,8 @@ COMPRESS_STEP = "llm_compress"
 _AFTER_COMPRESS = frozenset({"size_gate", "invalid_utf8", "loop_note", "hard_cap"})
 _POINTERS = frozenset({"binary", "image", "loop_stub", "superseded_read", "duplicate"})
 REDACT_STEP = "redact_secrets"
-"""Step name of credential redaction (`cachepilot.redact`) in a text the pipeline changed."""
+"""Step name of credential redaction (`cachepilot.support.redact`) in a text the pipeline
+changed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,9 @@ and which (`[… 1,204 lines omitted (lines 31-1234); recall(ref="…", lines="3
 the model fetches exactly that stretch.
 
 Line numbers are those `recall` uses: lines as `str.splitlines` cuts them, of the output as
-archived, or of its decoded text when the output is JSON carrying text (`cachepilot.decoded`).
-Lines overwritten by a carriage return (progress bars) are never shown, only counted.
+archived, or of its decoded text when the output is JSON carrying text
+(`cachepilot.reduce.decoded`). Lines overwritten by a carriage return (progress bars) are never
+shown, only counted.
 
 Two linear passes over the text, memory bounded by the budget: the first scores every line
 and keeps the best `_MAX_CANDIDATES`; the second fetches the few lines around the chosen ones.
@@ -111,7 +112,7 @@ def salient_preview(
         decoded: `text` is the decoded text of a JSON output (a note says so).
         numbered: the lines of `text` are those `recall` numbers (else markers count the
             omitted lines without naming them).
-        values: exact values of `text`, best first (`fold.facts_in_use.output_values`): the
+        values: exact values of `text`, best first (`memory.values.output_values`): the
             ones the kept lines do not show are named in a note above the stub, as many as
             fit in `values_chars`.
         values_chars: the note's budget (0: no note).

@@ -11,6 +11,9 @@ usage.cached_tokens, sim.last.prefix_extends
 The replay provider (an OpenAI-compatible endpoint serving a recorded session) and the
 calibration against recorded usage are measurement tools: `cachepilot_bench.replay`,
 `cachepilot_bench.calibrate`.
+
+Part `sim` of the core (docs/architecture.md). May import: `messages`, `pricing`, `support`,
+`tokens`, `usage`; tests/layout/test_parts.py checks it.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from itertools import accumulate, compress, count
 from operator import attrgetter, is_, is_not
 from typing import Any, Literal, TypeAlias
 
-from cachepilot.identity_memo import IdentityMemo
 from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart, content_hash
+from cachepilot.support.identity_memo import IdentityMemo
 from cachepilot.tokens import IMAGE_TOKENS, TokenCounter
 
 __all__ = [

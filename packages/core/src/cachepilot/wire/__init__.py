@@ -11,6 +11,9 @@ deterministically; streams are read as they arrive (`EventSplitter`, `StreamRepl
 simulator, the replay provider, `explain`/`audit` and the proxy all read and write bodies
 through this package.
 
+
+Part `wire` of the core (docs/architecture.md). May import: `messages`, `plan`, `sim`, `usage`;
+tests/layout/test_parts.py checks it.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class ParsedBody:
     Attributes:
         api: which API the body is for.
         request: the request as the simulator renders it.
-        params: cache-relevant parameters as sent (`cachepilot.diagnose.CACHE_PARAMETERS`).
+        params: cache-relevant parameters as sent (`cachepilot.diagnose.breaks.CACHE_PARAMETERS`).
         keys: thread keys found in the body (`prompt_cache_key`, `user`, `metadata.<k>`,
             `conversation`), strongest first.
         previous_response_id: Responses API chaining (the server holds the earlier context).

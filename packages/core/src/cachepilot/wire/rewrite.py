@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachepilot.messages import ContentPart, Message, ReasoningPart, TextPart
-from cachepilot.plan import FOLD_ID_PREFIX
+from cachepilot.plan.epochs import FOLD_ID_PREFIX
 from cachepilot.wire._common import Api
 from cachepilot.wire.anthropic import anthropic_blocks
 from cachepilot.wire.chat import chat_messages

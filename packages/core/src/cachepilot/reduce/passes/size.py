@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 
-from cachepilot.decoded import decoded_text
-from cachepilot.fold.facts_in_use import output_values
+from cachepilot.memory.values import output_values
 from cachepilot.reduce.config import STUB_OVERHEAD
+from cachepilot.reduce.decoded import decoded_text
 from cachepilot.reduce.passes.base import ALL_KINDS, TEXT_KINDS, PassContext, ReductionPass
 from cachepilot.reduce.passes.html import looks_like_html
 from cachepilot.reduce.preview import salient_preview

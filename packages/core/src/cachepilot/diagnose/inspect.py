@@ -36,10 +36,10 @@ from typing import Any, TextIO
 from cachepilot.artifacts import ArtifactStore
 from cachepilot.artifacts.sqlite_readonly import connect_read_only
 from cachepilot.messages import Message
-from cachepilot.pilot import PilotState
-from cachepilot.redact import redact, redact_slice
+from cachepilot.pilot.facade import PilotState
 from cachepilot.sim import DEFAULT_PROFILE, get_profile
-from cachepilot.state_store import RESERVED_PREFIX
+from cachepilot.state.base import RESERVED_PREFIX
+from cachepilot.support.redact import redact, redact_slice
 from cachepilot.tokens import TokenCounter, get_counter
 from cachepilot.usage import Usage
 

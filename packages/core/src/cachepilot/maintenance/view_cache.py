@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cachepilot.lifecycle import LifecycleRegistry
-from cachepilot.maintenance import MaintenanceConfig
+from cachepilot.maintenance.policy import MaintenanceConfig
 from cachepilot.messages import Message, PairingIssue, PairingScanner
-from cachepilot.plan import Epoch, Plan, PlanRenderer, PlanView
+from cachepilot.plan.epochs import Epoch, Plan, PlanRenderer, PlanView
 from cachepilot.tokens import TokenCounter
 
 __all__ = ["ViewCache"]

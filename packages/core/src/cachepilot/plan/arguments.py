@@ -21,9 +21,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from cachepilot.redact import redact
 from cachepilot.reduce.stubs import pointer
 from cachepilot.refs import make_ref
+from cachepilot.support.redact import redact
 
 __all__ = ["ReducedArguments", "argument_stub", "reduce_arguments"]
 
@@ -57,7 +57,7 @@ def argument_stub(value: str, ref: str | None, preview_chars: int) -> str:
     """What a long argument value becomes: a head preview and the recall call of the value.
 
     `ref` None: the model has no recall tool, so the note says the rest was elided. Credential
-    shapes in the preview are replaced (`cachepilot.redact`); the archived value keeps them,
+    shapes in the preview are replaced (`cachepilot.support.redact`); the archived value keeps them,
     for `recall` in the same thread.
     """
     head = redact(_head(value, preview_chars)) if preview_chars > 0 else ""

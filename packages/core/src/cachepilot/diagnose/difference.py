@@ -1,5 +1,5 @@
 """Classifying the first difference between two rendered requests (a tool, the system
-prompt, a message): the finding `cachepilot.diagnose.explain` reports."""
+prompt, a message): the finding `cachepilot.diagnose.breaks.explain` reports."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Literal, TypeAlias
 
 from cachepilot.canonical import canonicalize_text, detect_volatile, tool_name
 from cachepilot.messages import ImagePart, Message, ReasoningPart, TextPart, content_hash
-from cachepilot.plan import FOLD_ID_PREFIX
+from cachepilot.plan.epochs import FOLD_ID_PREFIX
 
 __all__ = [
     "CauseKind",
@@ -34,7 +34,7 @@ CauseKind: TypeAlias = Literal[
     "provider_miss",
     "provider_edit",
 ]
-"""Why a request missed the cache where it did (see `cachepilot.diagnose`)."""
+"""Why a request missed the cache where it did (see `cachepilot.diagnose.breaks`)."""
 
 _STUB_RATIO = 0.5
 

@@ -1,7 +1,7 @@
 """Why did my cache miss? Explain the prefix break between two consecutive requests.
 
 ```python
-from cachepilot.diagnose import explain
+from cachepilot.diagnose.breaks import explain
 
 why = explain(previous_request, request, profile="openai-gpt-5.4-mini")
 why.cause, why.detail         # "volatile_value", "date"
@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
-from cachepilot.difference import (
+from cachepilot.diagnose.difference import (
     CauseKind,
     Finding,
     classify_messages,
@@ -53,7 +53,6 @@ from cachepilot.difference import (
     classify_tools,
     message_text,
 )
-from cachepilot.redact import redact, redact_slice
 from cachepilot.sim.profiles import ProviderProfile, get_profile
 from cachepilot.sim.render import (
     RenderedRequest,
@@ -62,6 +61,7 @@ from cachepilot.sim.render import (
     common_prefix,
     render_request,
 )
+from cachepilot.support.redact import redact, redact_slice
 from cachepilot.tokens import TokenCounter, get_counter
 
 __all__ = [

@@ -8,7 +8,7 @@ Edit kinds:
 
 * `stub` / `evict` replace one tool result's content with `text`.
 * `args` replaces the arguments of one tool call (`call_id`) of one assistant message with
-  `text` (long values reduced, see `cachepilot.arguments`); the call's id and name stay, so
+  `text` (long values reduced, see `cachepilot.plan.arguments`); the call's id and name stay, so
   pairing holds.
 * `fold` replaces the whole transcript range `[key .. end_key]` (inclusive, by the positions of
   those keys in the current transcript) with ONE user message whose content is `text` (see
@@ -37,8 +37,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from cachepilot.identity_memo import IdentityMemo
 from cachepilot.messages import Message, message_keys
+from cachepilot.support.identity_memo import IdentityMemo
 
 __all__ = [
     "FOLD_ID_PREFIX",

@@ -11,18 +11,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, cast
 
 from cachepilot.artifacts import ArtifactStore
-from cachepilot.breakpoints import advance_anchors, plan_breakpoints
 from cachepilot.fold.ahead import AheadNote, DeferredPuts, ahead_context, predicted_next
 from cachepilot.lifecycle import RuleEstimator
-from cachepilot.log_labels import thread_label
-from cachepilot.maintain import Maintenance
+from cachepilot.maintenance.view_cache import ViewCache
 from cachepilot.messages import KeyTracker, Message, message_keys
-from cachepilot.pilot_base import check_pilot_thread, check_request
-from cachepilot.pilot_state import PilotState
-from cachepilot.plan import PlanView
+from cachepilot.pilot.base import check_pilot_thread, check_request
+from cachepilot.pilot.breakpoints import advance_anchors, plan_breakpoints
+from cachepilot.pilot.maintain import Maintenance
+from cachepilot.pilot.state import PilotState
+from cachepilot.plan.epochs import PlanView
 from cachepilot.sim import Request, get_profile, render_request
+from cachepilot.support.log_labels import thread_label
 from cachepilot.tokens import TokenCounter, get_counter
-from cachepilot.view_cache import ViewCache
 
 __all__ = ["Preparation"]
 
@@ -262,7 +262,7 @@ class Preparation(Maintenance):
         it out of the provider's lookback window, on the stable anchor (the last message
         before the first one a maintenance point could rewrite, so a later rewrite still
         reads the prefix before it) and on the end of tools + system; see
-        `cachepilot.breakpoints`. Deterministic: the anchor is kept in the thread's state.
+        `cachepilot.pilot.breakpoints`. Deterministic: the anchor is kept in the thread's state.
 
         Args:
             system, messages, tools: the request as `prepare` returned it.
@@ -296,7 +296,7 @@ class Preparation(Maintenance):
         """The stable cache anchors of the view `prepare` just returned for `thread`
         (message indices, most important first; empty for any other list): the messages
         before the first one a maintenance point could rewrite. For callers that place the
-        marks themselves (the proxy) with `cachepilot.breakpoints.plan_breakpoints`."""
+        marks themselves (the proxy) with `cachepilot.pilot.breakpoints.plan_breakpoints`."""
         check_pilot_thread(thread)
         counter = get_counter(self.config.encoding)
         state = self.state(thread)

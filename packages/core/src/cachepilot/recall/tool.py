@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from cachepilot.artifacts.base import Artifact, ArtifactInfo, ArtifactStore, check_thread
-from cachepilot.grep import GREP_TIME_LIMIT, MAX_GREP_CHARS
-from cachepilot.recall_result import DEFAULT_MAX_CHARS, RECALL_TOOL_NAME, RecallResult
+from cachepilot.recall.grep import GREP_TIME_LIMIT, MAX_GREP_CHARS
+from cachepilot.recall.result import DEFAULT_MAX_CHARS, RECALL_TOOL_NAME, RecallResult
+from cachepilot.recall.slicing import slice_artifact
 from cachepilot.refs import validate_ref
-from cachepilot.slicing import slice_artifact
 
 __all__ = [
     "DEFAULT_MAX_CHARS",

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cachepilot.recall_result import DEFAULT_MAX_CHARS, clip_echo, quote
+from cachepilot.recall.result import DEFAULT_MAX_CHARS, clip_echo, quote
 
 __all__ = [
     "LineRange",

@@ -23,18 +23,18 @@ from cachepilot.canonical import (
 )
 from cachepilot.canonical import tool_name as schema_name
 from cachepilot.config import Config
-from cachepilot.events import LoopHook
 from cachepilot.fold import Summarizer
 from cachepilot.fold.ahead import AheadNotes
 from cachepilot.lifecycle import Estimator, RuleEstimator
-from cachepilot.log_labels import thread_label
+from cachepilot.maintenance.view_cache import ViewCache
 from cachepilot.messages import KeyTracker, Message, PairingIssue, missing_results
-from cachepilot.pilot_state import PilotState
-from cachepilot.recall import RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA
+from cachepilot.pilot.events import LoopHook
+from cachepilot.pilot.state import PilotState
+from cachepilot.recall.tool import RECALL_TOOL_NAME, RECALL_TOOL_SCHEMA
 from cachepilot.reduce import Pipeline
+from cachepilot.reduce.views import ResultViews
+from cachepilot.support.log_labels import thread_label
 from cachepilot.tokens import TokenCounter
-from cachepilot.view_cache import ViewCache
-from cachepilot.views import ResultViews
 
 if TYPE_CHECKING:
     from cachepilot.compress import ObservationCompressor

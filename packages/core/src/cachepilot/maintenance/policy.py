@@ -24,12 +24,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from cachepilot.arguments import ReducedArguments, reduce_arguments
 from cachepilot.fold.request import summary_budget
 from cachepilot.messages import Message
-from cachepilot.plan import Edit
+from cachepilot.plan.arguments import ReducedArguments, reduce_arguments
+from cachepilot.plan.epochs import Edit
 from cachepilot.pricing import Price
-from cachepilot.redact import redact
 from cachepilot.reduce.handles import (
     HANDLE_LINE_CHARS,
     MAX_HANDLES,
@@ -37,6 +36,7 @@ from cachepilot.reduce.handles import (
     is_handle_line,
 )
 from cachepilot.reduce.stubs import pointer
+from cachepilot.support.redact import redact
 from cachepilot.tokens import TokenCounter
 
 __all__ = [
@@ -273,14 +273,14 @@ def stub_text(
 ) -> str:
     """Deterministic one-line stub that names the ref to recall (without `recall`, the model
     has no recall tool: the stub says the text was elided) and, when given, the exact values
-    of the output it keeps in view (`keeps`, see `fold.facts_in_use.output_values`).
+    of the output it keeps in view (`keeps`, see `memory.values.output_values`).
 
     `handles` are the host's own pointer lines of the output (`reduce.handles.host_handles`):
     each follows the stub line verbatim, so a model that follows the host's prompt still finds
     the file the host saved the full output in (DESIGN §2.7).
 
     The reason may come from a model (the LLM lifecycle estimator): credential shapes in it
-    are replaced (`cachepilot.redact`).
+    are replaced (`cachepilot.support.redact`).
     """
     label = (message.name or "tool")[:_STUB_MAX_LABEL]
     verb = "pruned" if kind == "stub" else "evicted"

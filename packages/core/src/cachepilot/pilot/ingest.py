@@ -9,17 +9,17 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from cachepilot.events import LoopEvent
-from cachepilot.log_labels import thread_label
 from cachepilot.messages import ImagePart, Message, ToolCall
-from cachepilot.pilot_base import PilotBase, check_pilot_thread
+from cachepilot.pilot.base import PilotBase, check_pilot_thread
+from cachepilot.pilot.events import LoopEvent
 from cachepilot.reduce import Reduction, ToolResult, coerce_args, normalize_output, source_key
 from cachepilot.reduce.images import image_replacement
 from cachepilot.reduce.memory import canonical_args
 from cachepilot.reduce.passes.size import unarchived_preview
 from cachepilot.reduce.stubs import invalid_utf8_note, pointer, recall_call
+from cachepilot.reduce.views import view_key, views_meta
 from cachepilot.refs import make_ref
-from cachepilot.views import view_key, views_meta
+from cachepilot.support.log_labels import thread_label
 
 if TYPE_CHECKING:
     from cachepilot.compress.observation import Compressed

@@ -1,7 +1,7 @@
 """Slicing an archived original for recall: exact substrings of the text (a line range,
 or the grep's matching lines), capped by `max_chars`, with the hint that continues.
 
-An original that is JSON carrying text (`cachepilot.decoded`) is sliced and grepped on its
+An original that is JSON carrying text (`cachepilot.reduce.decoded`) is sliced and grepped on its
 decoded text, the lines the size gate's preview numbered: a line range, a grep, or a recall
 too long for one answer read those lines (the header says so); a recall of the whole original
 that fits in `max_chars` returns it exactly as archived."""
@@ -13,10 +13,10 @@ import re
 from dataclasses import replace
 
 from cachepilot.artifacts.base import Artifact
-from cachepilot.decoded import decoded_text
-from cachepilot.grep import MAX_GREP_CHARS, Matcher, compile_pattern, grep_lines
-from cachepilot.recall_args import LineRange, char_budget, line_starts, parse_range
-from cachepilot.recall_result import RecallResult, join_notes
+from cachepilot.recall.args import LineRange, char_budget, line_starts, parse_range
+from cachepilot.recall.grep import MAX_GREP_CHARS, Matcher, compile_pattern, grep_lines
+from cachepilot.recall.result import RecallResult, join_notes
+from cachepilot.reduce.decoded import decoded_text
 
 __all__ = [
     "slice_artifact",

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from cachepilot.breakpoints import CacheAnchors
 from cachepilot.canonical import CanonicalState
 from cachepilot.lifecycle import LifecycleRegistry
-from cachepilot.maintenance import Decision
-from cachepilot.plan import Plan
+from cachepilot.maintenance.policy import Decision
+from cachepilot.pilot.breakpoints import CacheAnchors
+from cachepilot.plan.epochs import Plan
 from cachepilot.reduce import IngestMemory
 
 __all__ = ["PilotState"]
@@ -44,7 +44,7 @@ class PilotState(BaseModel):
     """The latest scheduler decisions (bounded), for explanations."""
     views: dict[str, str] = Field(default_factory=dict)
     """Tool results already ingested: view key -> ref of the archived reduced view (`""` when
-    the model reads the result unchanged). See `cachepilot.views`."""
+    the model reads the result unchanged). See `cachepilot.reduce.views`."""
     archive_failures: int = 0
     """Tool results whose original could not be archived (the store failed): they reached the
     model whole when under the size limit, else as a head/tail preview with the middle lost."""

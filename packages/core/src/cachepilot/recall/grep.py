@@ -11,8 +11,8 @@ from typing import Any, Final
 
 import regex
 
-from cachepilot.recall_args import LineRange, strip_eol
-from cachepilot.recall_result import ECHO_CHARS, RecallResult, clip_echo, join_notes, quote
+from cachepilot.recall.args import LineRange, strip_eol
+from cachepilot.recall.result import ECHO_CHARS, RecallResult, clip_echo, join_notes, quote
 
 __all__ = [
     "GREP_TIME_LIMIT",

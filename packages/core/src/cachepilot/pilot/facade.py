@@ -6,12 +6,12 @@ first call, check pairing); `recall` serves the recall tool; `record_usage` keep
 Per-thread state (`PilotState`) is small and JSON-serialisable so the plugins can keep it in
 their framework's own persistence (graph state, session store).
 
-The class holds no policy; each step is its own module: `cachepilot.ingest` (the ingestion
-gate), `cachepilot.prepare` (one model call's request, cache breakpoints),
-`cachepilot.maintain` (maintenance points: the scheduler and the rewrites of an epoch),
-`cachepilot.pilot_base` (settings, store, per-thread state and caches), with `Config`
-(`cachepilot.config`), `PilotState` (`cachepilot.pilot_state`) and the per-thread view cache
-(`cachepilot.view_cache`).
+The class holds no policy; each step is its own module: `cachepilot.pilot.ingest` (the ingestion
+gate), `cachepilot.pilot.prepare` (one model call's request, cache breakpoints),
+`cachepilot.pilot.maintain` (maintenance points: the scheduler and the rewrites of an epoch),
+`cachepilot.pilot.base` (settings, store, per-thread state and caches), with `Config`
+(`cachepilot.config`), `PilotState` (`cachepilot.pilot.state`) and the per-thread view cache
+(`cachepilot.maintenance.view_cache`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import logging
 
 from cachepilot.artifacts import Artifact
 from cachepilot.config import Config
-from cachepilot.ingest import Ingestion, IngestReport
-from cachepilot.pilot_base import check_pilot_thread
-from cachepilot.pilot_state import PilotState
-from cachepilot.prepare import Preparation
-from cachepilot.recall import recall
+from cachepilot.pilot.base import check_pilot_thread
+from cachepilot.pilot.ingest import Ingestion, IngestReport
+from cachepilot.pilot.prepare import Preparation
+from cachepilot.pilot.state import PilotState
+from cachepilot.recall.tool import recall
 from cachepilot.usage import Usage
 
 __all__ = ["CachePilot", "Config", "IngestReport", "PilotState"]

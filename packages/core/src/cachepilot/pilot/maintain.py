@@ -19,11 +19,9 @@ from cachepilot.fold import (
     safe_cut,
 )
 from cachepilot.fold.cut import straddled
-from cachepilot.fold.facts_in_use import output_values
 from cachepilot.fold.keep import fold_begin, fold_stretches
 from cachepilot.lifecycle import LifecycleRegistry, SegmentState
-from cachepilot.log_labels import thread_label
-from cachepilot.maintenance import (
+from cachepilot.maintenance.policy import (
     Candidate,
     FoldEstimate,
     MaintenanceConfig,
@@ -35,16 +33,18 @@ from cachepilot.maintenance import (
     stub_text,
     task_fold_estimate,
 )
+from cachepilot.maintenance.settle import settle
+from cachepilot.maintenance.view_cache import ViewCache
+from cachepilot.memory.values import output_values
 from cachepilot.messages import KeyTracker, Message
-from cachepilot.pilot_base import PilotBase, check_pilot_thread, check_request
-from cachepilot.pilot_state import PilotState
-from cachepilot.plan import Edit, Epoch, PlanView
+from cachepilot.pilot.base import PilotBase, check_pilot_thread, check_request
+from cachepilot.pilot.state import PilotState
+from cachepilot.plan.epochs import Edit, Epoch, PlanView
 from cachepilot.pricing import Price
 from cachepilot.reduce.handles import host_handles
-from cachepilot.settle import settle
 from cachepilot.sim import get_profile
+from cachepilot.support.log_labels import thread_label
 from cachepilot.tokens import TokenCounter, get_counter
-from cachepilot.view_cache import ViewCache
 
 __all__ = ["Maintenance"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachepilot.state_store import TABLE, first_version
+from cachepilot.state.base import TABLE, first_version
 
 __all__ = ["RedisStateStore"]
 

@@ -1,6 +1,6 @@
 """`SQLAlchemyStateStore`: per-thread pilot states in an SQL table through SQLAlchemy (asyncio).
 
-The `cachepilot_state` layout of `cachepilot.state_store` (`thread`, `state`, `updated_at`,
+The `cachepilot_state` layout of `cachepilot.state.base` (`thread`, `state`, `updated_at`,
 `version`) in any database SQLAlchemy drives: PostgreSQL for a team's proxy processes
 (`cachepilot proxy --store postgresql://...`), an Agents SDK `SQLAlchemySession`'s own
 database. Versioned (`VersionedStateStore`), so processes sharing it notice each other.
@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import Any
 
-from cachepilot.state_store import TABLE, first_version
+from cachepilot.state.base import TABLE, first_version
 
 __all__ = ["SQLAlchemyStateStore"]
 

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cachepilot.lifecycle import LifecycleRegistry
-from cachepilot.maintenance import is_stub
+from cachepilot.maintenance.policy import is_stub
 from cachepilot.messages import Message
-from cachepilot.plan import Edit, Plan, render_plan
+from cachepilot.plan.epochs import Edit, Plan, render_plan
 
 __all__ = ["Settled", "settle"]
 
