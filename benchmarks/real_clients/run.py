@@ -10,6 +10,8 @@ once straight, once through `cachepilot proxy` (the real command, as a subproces
 suite checks that both runs executed the same tools, left the same files, gave the same final
 answer, exited 0 with no request refused, and that every upstream request of the agent's
 thread starts with the previous one (marks aside) except at the proxy's maintenance points.
+Claude Code with sub-agents (`subagents.py`) runs two conversations: each is checked on its
+own, and neither may carry the other's content through the proxy.
 It prints the input saving and the prefix share per client.
 
     uv run python benchmarks/real_clients/run.py [--full] [--clients codex,...] [--docs PAGE]
@@ -154,9 +156,9 @@ class Outcome:
     """Long sessions: times the client asked the model to summarise its history."""
     recent_view: int | None = None
     """Long sessions: of the last `RECENT` parts, how many the final request held whole."""
-    conversations: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
-    """Sub-agent runs: each conversation's agent requests (`main`, `sub`), as the upstream
-    saw them."""
+    conversations: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
+    """Sub-agent runs: the agent requests in order as the upstream saw them, each with its
+    conversation (`main`, `sub`)."""
 
     @property
     def input_tokens(self) -> int:
@@ -551,10 +553,17 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
         else [],
         compactions=model.compactions if isinstance(model, LongModel) else 0,
         recent_view=model.final_view if isinstance(model, LongModel) else None,
-        conversations={n: [r.body for r in c] for n, c in conversations.items()}
-        if isinstance(model, SubagentModel)
-        else {},
+        conversations=_in_order(records, conversations) if isinstance(model, SubagentModel) else [],
     )
+
+
+def _in_order(
+    records: list[ReplayRecord], conversations: dict[str, list[ReplayRecord]]
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """The conversations' requests in the order they reached the upstream, each with its
+    conversation's name."""
+    owner = {id(r): name for name, thread in conversations.items() for r in thread}
+    return [(owner[id(r)], r.body) for r in records if id(r) in owner]
 
 
 def _breaks(api: str, conversations: list[list[ReplayRecord]]) -> list[int]:
@@ -648,7 +657,7 @@ def _judge_subagents(verdict: Verdict) -> None:
     fail = verdict.failures.append
     straight, proxied = verdict.straight.conversations, verdict.proxied.conversations
     for name in ("main", "sub"):
-        counts = len(straight.get(name, [])), len(proxied.get(name, []))
+        counts = sum(n == name for n, _ in straight), sum(n == name for n, _ in proxied)
         if not all(counts):
             fail(f"the {name} conversation has {counts[0]} requests straight, {counts[1]} proxied")
     for leak in conversation_leaks(straight, proxied):

@@ -177,32 +177,44 @@ class SubagentModel:
         return Message("assistant", side_answer(request))
 
 
-def _refs(bodies: Sequence[Mapping[str, Any]]) -> set[str]:
-    """The recall refs the proxy put into a conversation's requests."""
-    found: set[str] = set()
-    for body in bodies:
-        found.update(_RECALL_REF.findall(json.dumps(body)))
-    return found
+def _ref_owners(requests: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
+    """Per recall ref the proxy put into the requests: the conversation of the first request
+    that carries it (where the proxy shortened that output)."""
+    owners: dict[str, str] = {}
+    for name, body in requests:
+        for ref in _RECALL_REF.findall(json.dumps(body)):
+            owners.setdefault(ref, name)
+    return owners
+
+
+def _by_conversation(
+    requests: Sequence[tuple[str, Mapping[str, Any]]],
+) -> dict[str, list[Mapping[str, Any]]]:
+    out: dict[str, list[Mapping[str, Any]]] = {"main": [], "sub": []}
+    for name, body in requests:
+        out.setdefault(name, []).append(body)
+    return out
 
 
 def conversation_leaks(
-    straight: Mapping[str, Sequence[Mapping[str, Any]]],
-    proxied: Mapping[str, Sequence[Mapping[str, Any]]],
+    straight: Sequence[tuple[str, Mapping[str, Any]]],
+    proxied: Sequence[tuple[str, Mapping[str, Any]]],
 ) -> list[str]:
     """Where a proxied request of one conversation carries content of the other that the client
-    did not send: the other conversation's markers (`MAIN_MARKERS`, `SUB_MARKERS`) and the
-    recall refs the proxy issued in it, found in the request but in none of the same
-    conversation's straight requests (the client's own)."""
+    did not send. Each run is its agent requests in order, as (conversation, body). Content of
+    the other conversation: its markers (`MAIN_MARKERS`, `SUB_MARKERS`) and the recall refs
+    the proxy issued in it, found in the request but in none of the same conversation's
+    straight requests (the client's own)."""
     markers = {"main": MAIN_MARKERS, "sub": SUB_MARKERS}
-    refs = {name: _refs(bodies) for name, bodies in proxied.items()}
+    owners = _ref_owners(proxied)
+    own = {n: [json.dumps(b) for b in bodies] for n, bodies in _by_conversation(straight).items()}
     out: list[str] = []
-    for name, bodies in proxied.items():
+    for name, bodies in _by_conversation(proxied).items():
         other = "sub" if name == "main" else "main"
-        own = [json.dumps(b) for b in straight.get(name, ())]
-        foreign = [*markers[other], *sorted(refs.get(other, set()))]
+        foreign = [*markers[other], *sorted(r for r, n in owners.items() if n == other)]
         for k, body in enumerate(bodies):
             text = json.dumps(body)
             for marker in foreign:
-                if marker in text and not any(marker in s for s in own):
+                if marker in text and not any(marker in s for s in own.get(name, ())):
                     out.append(f"{name} request {k} carries {marker!r} of the {other} conversation")
     return out
