@@ -37,11 +37,11 @@ __all__ = ["CLIENTS", "Client", "ClientRun", "Restart"]
 
 
 def claude_code(
-    bash_max: int | None, *, long: bool = False
+    bash_max: int | None, *, long: bool = False, subagents: bool = False
 ) -> Callable[[Path, str, Path, Path, Restart], ClientRun]:
     """A runner of `claude -p`; `bash_max` sets how much Bash output it sends inline (None: its
     default, 30,000 characters, past which it saves the output to a file and sends a 2 KB
-    preview with the path)."""
+    preview with the path); `subagents` also allows its `Agent` tool (`subagents.py`)."""
 
     def run(cache: Path, root: str, repo: Path, home: Path, _restart: Restart) -> ClientRun:
         if long:  # a 200 K window (its default model has 1 M), so the long session compacts
@@ -55,7 +55,8 @@ def claude_code(
                 model="claude-sonnet-4-5",
                 timeout=LONG_TIMEOUT,
             )
-        return run_claude_code(cache, root, repo, home, bash_max=bash_max)
+        tools = "Bash,Read,Edit,Grep" + (",Agent" if subagents else "")
+        return run_claude_code(cache, root, repo, home, bash_max=bash_max, tools=tools)
 
     return run
 
@@ -70,8 +71,10 @@ def run_claude_code(
     prompt: str = PROMPT,
     model: str | None = None,
     timeout: int = TIMEOUT,
+    tools: str = "Bash,Read,Edit,Grep",
 ) -> ClientRun:
-    """`claude -p` with ANTHROPIC_BASE_URL, a dummy key and nonessential traffic off."""
+    """`claude -p` with ANTHROPIC_BASE_URL, a dummy key and nonessential traffic off; `tools`
+    are the tools it may use without asking."""
     bins = install_npm(cache)
     env = quiet_env(home)
     env.update(
@@ -105,7 +108,7 @@ def run_claude_code(
             "json",
             # Root may not skip permissions: allow exactly the task's tools instead.
             "--allowedTools",
-            "Bash,Read,Edit,Grep",
+            tools,
             *(["--model", model] if model else []),
         ],
         cwd=repo,
@@ -275,6 +278,15 @@ CLIENTS: dict[str, Client] = {
             "npm",
             claude_code(LARGE_BASH),
             probes=CLAUDE_CODE_PROBES,
+        ),
+        Client(
+            "claude-code-subagents",
+            "anthropic",
+            "claude-code-subagents",
+            "npm",
+            claude_code(LARGE_BASH, subagents=True),
+            probes=CLAUDE_CODE_PROBES,
+            full=True,  # two conversations in one run; CI: claude-code-parallel
         ),
         Client(
             "claude-code-1h",

@@ -10,6 +10,8 @@ once straight, once through `cachepilot proxy` (the real command, as a subproces
 suite checks that both runs executed the same tools, left the same files, gave the same final
 answer, exited 0 with no request refused, and that every upstream request of the agent's
 thread starts with the previous one (marks aside) except at the proxy's maintenance points.
+Claude Code with sub-agents (`subagents.py`) runs two conversations: each is checked on its
+own, and neither may carry the other's content through the proxy.
 It prints the input saving and the prefix share per client.
 
     uv run python benchmarks/real_clients/run.py [--full] [--clients codex,...] [--docs PAGE]
@@ -74,6 +76,12 @@ from long_session import (  # noqa: E402
     make_parts,
 )
 from scripted import PLANS, ScriptedModel  # noqa: E402
+from subagents import (  # noqa: E402
+    MAIN_PLAN,
+    SubagentModel,
+    conversation_leaks,
+    split_conversations,
+)
 from task import (  # noqa: E402
     EDIT_NEW,
     FINAL_ANSWER,
@@ -148,6 +156,9 @@ class Outcome:
     """Long sessions: times the client asked the model to summarise its history."""
     recent_view: int | None = None
     """Long sessions: of the last `RECENT` parts, how many the final request held whole."""
+    conversations: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
+    """Sub-agent runs: the agent requests in order as the upstream saw them, each with its
+    conversation (`main`, `sub`)."""
 
     @property
     def input_tokens(self) -> int:
@@ -460,10 +471,12 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
     if client.task == "long":
         make_parts(repo)
     git_init(repo)
-    plan = PLANS.get(client.plan)
-    model: ScriptedModel | AiderModel | LongModel
+    plan = MAIN_PLAN if client.plan == "claude-code-subagents" else PLANS.get(client.plan)
+    model: ScriptedModel | AiderModel | LongModel | SubagentModel
     if client.task == "long":
         model = LONG_MODELS[client.plan]()
+    elif client.plan == "claude-code-subagents":
+        model = SubagentModel(str(repo))
     elif plan is None:
         model = AiderModel()
     else:
@@ -487,12 +500,18 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
     requests = cache / "requests"
     requests.mkdir(parents=True, exist_ok=True)
     provider.write_log(requests / f"{client.name}-{mode}.jsonl")
+    # Each conversation of the run: one, or the main one and the sub-agent's.
+    conversations: dict[str, list[ReplayRecord]]
     if isinstance(model, LongModel):
-        thread = [r for r in records if model.tools <= _tool_names(r.body)]
+        conversations = {"main": [r for r in records if model.tools <= _tool_names(r.body)]}
     elif plan is None:  # aider: its edit turns (no tools; the commit messages are side calls)
-        thread = [r for r in records if is_edit_request(r.body)]
+        conversations = {"main": [r for r in records if is_edit_request(r.body)]}
+    elif isinstance(model, SubagentModel):
+        split = split_conversations([r.body for r in records])
+        conversations = {name: [records[k] for k in ks] for name, ks in split.items()}
     else:
-        thread = [r for r in records if plan.tools <= _tool_names(r.body)]
+        conversations = {"main": [r for r in records if plan.tools <= _tool_names(r.body)]}
+    thread = conversations["main"]
     if thread:
         first = json.dumps(thread[0].body, indent=1)
         (requests / f"{client.name}-{mode}-first.json").write_text(first)
@@ -511,15 +530,18 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
         else EDIT_NEW in text
         if plan is not None
         else applied_edits(text) == len(EDITS),
-        executed=executed_tools(client.api, chained_bodies(thread)[-1], str(repo))
-        if thread
-        else [],
-        breaks=prefix_breaks(client.api, thread),
-        marks=[mark_places(r.body) for r in client_requests(thread)]
+        executed=[
+            call
+            for c in conversations.values()
+            if c
+            for call in executed_tools(client.api, chained_bodies(c)[-1], str(repo))
+        ],
+        breaks=_breaks(client.api, list(conversations.values())),
+        marks=[mark_places(r.body) for c in conversations.values() for r in client_requests(c)]
         if client.api == "anthropic"
         else [],
         maintenance=maintenance,
-        recalls=model.recalls if isinstance(model, ScriptedModel) else 0,
+        recalls=model.recalls if isinstance(model, ScriptedModel | SubagentModel) else 0,
         proxy_recalls=int(metrics.get("cachepilot_proxy_recalls_total", 0)),
         proxy_log=proxy_log,
         dates=[request_date(r.body) for r in thread],
@@ -531,7 +553,28 @@ def run_once(client: Client, mode: str, cache: Path) -> Outcome:
         else [],
         compactions=model.compactions if isinstance(model, LongModel) else 0,
         recent_view=model.final_view if isinstance(model, LongModel) else None,
+        conversations=_in_order(records, conversations) if isinstance(model, SubagentModel) else [],
     )
+
+
+def _in_order(
+    records: list[ReplayRecord], conversations: dict[str, list[ReplayRecord]]
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """The conversations' requests in the order they reached the upstream, each with its
+    conversation's name."""
+    owner = {id(r): name for name, thread in conversations.items() for r in thread}
+    return [(owner[id(r)], r.body) for r in records if id(r) in owner]
+
+
+def _breaks(api: str, conversations: list[list[ReplayRecord]]) -> list[int]:
+    """`prefix_breaks` of each conversation, numbered across them in order (a sub-agent's
+    requests follow the main conversation's)."""
+    out: list[int] = []
+    offset = 0
+    for thread in conversations:
+        out.extend(offset + k for k in prefix_breaks(api, thread))
+        offset += len(thread)
+    return out
 
 
 def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
@@ -563,6 +606,8 @@ def judge(client: Client, straight: Outcome, proxied: Outcome) -> Verdict:
     # compaction requests shift the request indexes): its steps are compared in `_judge_long`.
     if client.task != "long":
         _compare_requests(verdict)
+    if proxied.conversations or straight.conversations:
+        _judge_subagents(verdict)
     if client.cost_cap is not None and proxied.cost_usd > straight.cost_usd * client.cost_cap:
         fail(
             f"the proxied run costs {proxied.cost_usd / straight.cost_usd:.4f}x straight "
@@ -603,6 +648,20 @@ def _compare_requests(verdict: Verdict) -> None:
         if not own <= seen:
             fail(f"request {k}: the client's marks {sorted(own - seen)} did not reach the upstream")
             break
+
+
+def _judge_subagents(verdict: Verdict) -> None:
+    """A sub-agent run's checks: both conversations ran in both runs (the same number of
+    requests each), and no proxied request of one carries content of the other that the
+    client did not send."""
+    fail = verdict.failures.append
+    straight, proxied = verdict.straight.conversations, verdict.proxied.conversations
+    for name in ("main", "sub"):
+        counts = sum(n == name for n, _ in straight), sum(n == name for n, _ in proxied)
+        if not all(counts):
+            fail(f"the {name} conversation has {counts[0]} requests straight, {counts[1]} proxied")
+    for leak in conversation_leaks(straight, proxied):
+        fail(leak)
 
 
 def _two_days(dates: list[str | None]) -> bool:

@@ -56,6 +56,13 @@ class Plan:
     recall_next: bool = False
     """Call `recall` in one reply with the next step's call (a client call next to recall)
     instead of alone."""
+    steps: tuple[str, ...] = STEPS
+    """The task steps this conversation does (a sub-agent does some; their call ids keep the
+    step's index in `STEPS`)."""
+    answer: str = FINAL_ANSWER
+    """The text answer after the last step."""
+    voice: str = "Next"
+    """How the text before each step's call begins (tells conversations apart in a check)."""
 
 
 _COMMANDS = {
@@ -251,7 +258,9 @@ class ScriptedModel:
                 recalled = True
         log_id = f"{self.plan.id_prefix}_cp_s{STEPS.index('log')}"
         ref = _REF.search(results.get(log_id, ""))
-        step = next((k for k in range(len(STEPS)) if k not in done), None)
+        step = next(
+            (k for k in range(len(STEPS)) if STEPS[k] in self.plan.steps and k not in done), None
+        )
         if RECALL_TOOL in tools and ref and not recalled:
             calls = [
                 ToolCall(
@@ -268,13 +277,13 @@ class ScriptedModel:
         if step is None:
             final = self.plan.final(self.root)
             if final is None:
-                return self._reply("answer", Message("assistant", FINAL_ANSWER), api)
+                return self._reply("answer", Message("assistant", self.plan.answer), api)
             name, args = final
             call = ToolCall(f"{self.plan.id_prefix}_cp_final", name, json.dumps(args))
             return self._reply("answer", Message("assistant", "Done.", tool_calls=(call,)), api)
         name, args = self.plan.step(STEPS[step], self.root)
         call = ToolCall(f"{self.plan.id_prefix}_cp_s{step}", name, json.dumps(args))
-        text = f"Next: {STEPS[step]}."
+        text = f"{self.plan.voice}: {STEPS[step]}."
         return self._reply(STEPS[step], Message("assistant", text, tool_calls=(call,)), api)
 
     def _reply(self, what: str, message: Message, api: Api) -> Message:

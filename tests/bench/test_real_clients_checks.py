@@ -364,3 +364,114 @@ def test_json_run_reads_a_clients_json_report() -> None:
         assert base.json_run(3, text, "tail", answer="result").answer == ""
         assert base.json_run(3, text, "tail", answer="result").returncode == 3
     assert base.json_run(0, json.dumps({"response": None}), "", answer="response").answer == ""
+
+
+subagents = _load("subagents")
+CLAUDE_TOOLS = ["Agent", "Bash", "Edit", "Grep", "Read", "Write"]
+"""Claude Code 2.1 offers its `Agent` tool to the main conversation and to a sub-agent."""
+
+
+def _use(call_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call_id, "name": name, "input": args}
+
+
+def _result(call_id: str, text: str) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": call_id, "content": text}
+
+
+def _main_history(done: int, agent_result: str = "") -> list[dict[str, Any]]:
+    """The main conversation after `done` steps (step 1 is the `Agent` call)."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task.PROMPT}]
+    for k in range(done):
+        args = {"prompt": subagents.SUBAGENT_PROMPT} if k == 1 else {"command": "x"}
+        name = "Agent" if k == 1 else "Bash"
+        messages.append({"role": "assistant", "content": [_use(f"toolu_cp_s{k}", name, args)]})
+        text = agent_result if k == 1 else "ok"
+        messages.append({"role": "user", "content": [_result(f"toolu_cp_s{k}", text)]})
+    return messages
+
+
+def _sub_history(log: str | None) -> list[dict[str, Any]]:
+    """The sub-agent's conversation: the delegated prompt after Claude Code's notes, then the
+    log step when `log` is given."""
+    first = [
+        {"type": "text", "text": "<system-reminder>\n# Environment\n</system-reminder>"},
+        {"type": "text", "text": subagents.SUBAGENT_PROMPT},
+    ]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": first}]
+    if log is not None:
+        use = _use("toolu_sub_cp_s1", "Bash", {"command": "tail"})
+        messages.append({"role": "assistant", "content": [use]})
+        messages.append({"role": "user", "content": [_result("toolu_sub_cp_s1", log)]})
+    return messages
+
+
+def test_the_subagent_model_plays_the_main_conversation_and_the_subagent_apart() -> None:
+    model = subagents.SubagentModel("/repo")
+
+    def reply(messages: list[dict[str, Any]], tools: list[str] = CLAUDE_TOOLS) -> Any:
+        body, request = _anthropic_request(messages, tools)
+        return model("anthropic", body, request)
+
+    # Main, after listing: the log step is delegated, in the foreground, with the prompt.
+    (call,) = reply(_main_history(1)).tool_calls
+    args = json.loads(call.arguments)
+    assert (call.id, call.name, args["prompt"]) == (
+        "toolu_cp_s1",
+        "Agent",
+        subagents.SUBAGENT_PROMPT,
+    )
+    assert args["run_in_background"] is False and args["subagent_type"] == "general-purpose"
+    # The sub-agent (its own first message, the same tools offered): prints the log under its
+    # own call ids, though the main conversation has not printed it.
+    (call,) = reply(_sub_history(None)).tool_calls
+    assert (call.id, call.name) == ("toolu_sub_cp_s1", "Bash")
+    assert json.loads(call.arguments)["command"] == scripted.LARGE_LOG_COMMAND
+    # Shortened with recall offered: it recalls under its own id, then returns its result.
+    recalled = reply(_sub_history(SHORT), [*CLAUDE_TOOLS, "recall"])
+    assert [c.id for c in recalled.tool_calls] == ["toolu_sub_cp_recall"]
+    done = reply(_sub_history("[01711] ERROR config check"))
+    assert done.tool_calls == () and done.text == subagents.SUBAGENT_RESULT
+    # Main again, with the sub-agent's report as the Agent call's result: it reads the module
+    # (the prompt in its own Agent call does not make it the sub-agent's conversation).
+    (call,) = reply(_main_history(2, subagents.SUBAGENT_RESULT)).tool_calls
+    assert (call.id, call.name) == ("toolu_cp_s2", "Read")
+    # A side call (no tools) is neither conversation's.
+    assert reply([{"role": "user", "content": "Hi"}], []).text == "OK."
+    assert model.main.replies == ["log", "read"]
+    assert model.sub.replies == ["log", "recall", "answer"]
+    assert (model.recalls, model.side) == (1, 1)
+
+
+def test_split_conversations_sorts_requests_by_their_own_user_turns() -> None:
+    echoed = _main_history(2, f"report of: {subagents.SUBAGENT_PROMPT}")  # echo in a tool result
+    bodies = [
+        _anthropic_request(_main_history(1), CLAUDE_TOOLS)[0],
+        _anthropic_request(_sub_history(None), CLAUDE_TOOLS)[0],
+        _anthropic_request([{"role": "user", "content": "Hi"}], [])[0],
+        _anthropic_request(echoed, CLAUDE_TOOLS)[0],
+    ]
+    assert subagents.split_conversations(bodies) == {"main": [0, 3], "sub": [1]}
+
+
+def test_conversation_leaks_flag_the_other_conversations_content_the_client_did_not_send() -> None:
+    ref = 'recall(ref="0123456789ab")'
+    main = (
+        "main",
+        _anthropic_request(_main_history(3, subagents.SUBAGENT_RESULT), CLAUDE_TOOLS)[0],
+    )
+    sub = ("sub", _anthropic_request(_sub_history(f"[00002] CC src/app/module_02.c\n{ref}"), [])[0])
+    straight = [main, ("sub", _anthropic_request(_sub_history("x"), [])[0])]
+    assert subagents.conversation_leaks(straight, [main, sub]) == []
+    # The sub-agent's recall ref, or its log, shows up later in the main conversation.
+    for foreign in (ref, "[00002] CC src/app/module_02.c ... ok"):
+        leaked = _main_history(3, f"{subagents.SUBAGENT_RESULT}\n{foreign}")
+        proxied = [main, sub, ("main", _anthropic_request(leaked, CLAUDE_TOOLS)[0])]
+        found = subagents.conversation_leaks(straight, proxied)
+        assert found and all(f.startswith("main request 1 carries") for f in found)
+    # The main conversation's module lines in the sub-agent's requests.
+    moved = ("sub", _anthropic_request(_sub_history("LIMIT_0003 = 21"), [])[0])
+    found = subagents.conversation_leaks(straight, [main, moved])
+    assert found == ["sub request 0 carries 'LIMIT_0003 = 21' of the main conversation"]
+    # What the client itself sent in the straight run is its own, not a leak.
+    assert subagents.conversation_leaks([main, moved], [main, moved]) == []
