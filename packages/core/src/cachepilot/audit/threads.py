@@ -64,31 +64,53 @@ def _shared(a: Sequence[str], b: Sequence[str]) -> int:
     return n
 
 
-# cachepilot's context block (default tag) and its placeholders, as `canonical` writes them.
-_BLOCK = re.compile(r"\n*<context>\n.*?\n</context>\n*", re.DOTALL)
-_PLACEHOLDER = re.compile(r"\{\{[A-Za-z][A-Za-z0-9_]{0,63}\}\}")
+# cachepilot's context block as `canonical` writes it (default tag and header): every line
+# a `{{label}} = value` of a label `canonical` makes (`<kind>_<n>`).
+_BLOCK = re.compile(
+    r"\n*<context>\n(?:Placeholders in the system prompt stand for these values:\n)?"
+    r"((?:\{\{[a-z]+(?:_[a-z]+)*_[0-9]{1,4}\}\} = [^\n]*\n){1,64})</context>\n*"
+)
+_LABEL = re.compile(r"\{\{([a-z]+(?:_[a-z]+)*_[0-9]{1,4})\}\} = ")
+_PLACEHOLDER = re.compile(r"\{\{([A-Za-z][A-Za-z0-9_]{0,63})\}\}")
 
 
-def _canonical(text: str | None) -> str | None:
-    """`text` up to volatile values: values and placeholders alike read `{{}}`, and a
-    context block is left out."""
+def _block_labels(texts: Sequence[str | None]) -> tuple[list[str | None], frozenset[str]]:
+    """`texts` with cachepilot's context block left out, and the labels it declared."""
+    labels: set[str] = set()
+    out: list[str | None] = []
+    for text in texts:
+        found = _BLOCK.search(text) if text is not None and "<context>" in text else None
+        if text is None or found is None:
+            out.append(text)
+            continue
+        labels.update(_LABEL.findall(found.group(1)))
+        out.append(text[: found.start()] + text[found.end() :])
+    return out, frozenset(labels)
+
+
+def _canonical(text: str | None, declared: frozenset[str]) -> str | None:
+    """`text` up to volatile values: a value `canonical` finds and a placeholder of a
+    declared label alike read `{{}}` (a template's own `{{name}}` stays as written)."""
     if text is None:
         return None
-    if "<context>" in text:
-        text = _BLOCK.sub("", text, count=1)
-    return _PLACEHOLDER.sub("{{}}", canonicalize_text(text).text)
+    found = canonicalize_text(text)
+    generated = declared | found.values.keys()
+    return _PLACEHOLDER.sub(lambda m: "{{}}" if m.group(1) in generated else m.group(0), found.text)
 
 
 def _similar_start(a: Request, b: Request) -> bool:
-    """Same system prompt and first message, up to volatile values."""
+    """Same system prompt and first message, up to volatile values (and cachepilot's own
+    context block: the placeholders it declares stand for the values written in place)."""
     if not a.messages or not b.messages:
-        return False
-    if _canonical(a.system) != _canonical(b.system):
         return False
     first_a, first_b = a.messages[0], b.messages[0]
     if first_a.role != first_b.role:
         return False
-    return _canonical(message_text(first_a)) == _canonical(message_text(first_b))
+    (sys_a, msg_a), declared_a = _block_labels([a.system, message_text(first_a)])
+    (sys_b, msg_b), declared_b = _block_labels([b.system, message_text(first_b)])
+    if _canonical(sys_a, declared_a) != _canonical(sys_b, declared_b):
+        return False
+    return _canonical(msg_a, declared_a) == _canonical(msg_b, declared_b)
 
 
 def _rebuild(previous: LoggedCall, call: LoggedCall) -> LoggedCall:

@@ -38,7 +38,7 @@ FOLD_HEADER_PREFIX = "[earlier conversation folded:"
 MIN_FOLD_MESSAGES = 4
 """A fold of fewer messages than this is not worth its summary."""
 
-FOLD_HANDLES_INTRO = "The host saved these folded outputs in full (read them with its own tools):"
+FOLD_HANDLES_INTRO = "Where the folded outputs said their full text was saved:"
 """Opens the lines under a fold header that keep the host's pointers to its saved outputs."""
 
 MAX_FOLD_HANDLES = 8

@@ -21,6 +21,7 @@ import re
 from typing import Final
 
 from cachepilot.reduce.stubs import reduced_stub
+from cachepilot.support.redact import redact
 
 __all__ = [
     "HANDLED_SLACK",
@@ -42,11 +43,15 @@ HANDLED_SLACK: Final = 0.1
 """An output that points to where its host saved the full text (the host's own capped
 preview) is not reduced while it stays within this share over the tool's limit."""
 
-# A verb or noun that says the full text is elsewhere, then within a short span a path
-# (absolute, home-relative or a Windows drive). Bounded repetitions only.
+# What a host writes when it caps an output: the output or result (or the full log, text,
+# ...) was saved, then within a short span a path (absolute, home-relative or a Windows
+# drive). A line that only says some file is written somewhere ("build logs are written to
+# /var/log/...") is content, not a pointer. Bounded repetitions only.
 _HANDLE = re.compile(
-    r"\b(?:saved|written|stored|persisted|wrote|dumped|redirected|offloaded|spilled"
-    r"|full (?:output|log|result|text|content)s?)\b"
+    r"\b(?:(?:full|entire|complete|whole|untruncated)\s+"
+    r"(?:output|result|log|text|content|response)s?"
+    r"|(?:tool\s+)?(?:output|result|response)s?)\b"
+    r"[^\n]{0,80}?\b(?:saved|written|stored|persisted|wrote|dumped|offloaded|spilled)\b"
     r"[^\n]{0,160}?(?<![\w.])(?:~/|/|[A-Za-z]:\\)[\w.~\-/\\]{2,}",
     re.IGNORECASE,
 )
@@ -62,14 +67,16 @@ def _candidate_lines(text: str) -> list[str]:
 
 def host_handles(text: str) -> list[str]:
     """The lines of `text` that point to where the host saved the full output (at most
-    `MAX_HANDLES`, stripped, in order; empty when there is none)."""
+    `MAX_HANDLES`, stripped, credentials redacted, in order; empty when there is none).
+
+    Redacted here, since stubs and fold headers copy these lines as they are."""
     found: list[str] = []
     for line in _candidate_lines(text):
         stripped = line.strip()
         if not stripped or len(stripped) > HANDLE_LINE_CHARS or stripped in found:
             continue
         if _HANDLE.search(stripped) is not None:
-            found.append(stripped)
+            found.append(redact(stripped))
             if len(found) >= MAX_HANDLES:
                 break
     return found
