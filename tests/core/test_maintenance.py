@@ -9,7 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.maintenance import Candidate, MaintenanceConfig, decide, prune_candidates
+from cachepilot.maintenance import (
+    Candidate,
+    MaintenanceConfig,
+    calls_until_fold,
+    decide,
+    prune_candidates,
+)
 from cachepilot.messages import Message, ToolCall, message_keys, pairing_issues
 from cachepilot.pilot import CachePilot, Config
 from cachepilot.pricing import Price
@@ -66,8 +72,10 @@ def _decide(call: int, removed: int, remiss_tokens: int, **kw: object) -> tuple[
     counter = TokenCounter(CharEncoding())
     tail = Message(role="tool", content="y" * (remiss_tokens - 4), tool_call_id="t")
     cand = Candidate(index=0, key="k", kind="stub", tokens=removed + 30, reason="old")
+    until_fold = kw.pop("until_fold", None)
     cfg = MaintenanceConfig(min_prune_tokens=0, **kw)  # type: ignore[arg-type]
     record, chosen = decide(
+        until_fold=until_fold,  # type: ignore[arg-type]
         call=call,
         messages=[tail],
         candidates=[cand],
@@ -94,6 +102,26 @@ def test_cost_model_applies_only_when_the_saving_pays() -> None:
     assert _decide(40, 3_000, 10_000, horizon=1.0) == (True, "cost-model")
     # The same edit early in a session (call 5) does not pay yet.
     assert _decide(5, 3_000, 10_000, horizon=1.0)[0] is False
+
+
+def test_an_edit_a_fold_will_take_saves_only_until_that_fold() -> None:
+    # 3,000 removed at call 40 pays over the horizon's 40 calls (above)...
+    assert _decide(40, 3_000, 10_000, horizon=1.0) == (True, "cost-model")
+    # ...but not when a fold takes the message within 20 calls: 3,000 × 0.1e-6 × 20 = $0.006
+    # < $0.009.
+    assert _decide(40, 3_000, 10_000, horizon=1.0, until_fold=20)[0] is False
+    # A later fold leaves the horizon's guess in charge.
+    assert _decide(40, 3_000, 10_000, horizon=1.0, until_fold=60) == (True, "cost-model")
+
+
+def test_calls_until_fold_is_the_pace_of_the_folds_seen() -> None:
+    assert calls_until_fold([], complete=True) is None
+    assert calls_until_fold([12], complete=False) is None  # one fold of an unknown start
+    assert calls_until_fold([12], complete=True) == 12
+    # Folds at 15, 28, 32, 39, 42, 44 (a Claude Code session): one every 7 calls or so.
+    assert calls_until_fold([15, 28, 32, 39, 42, 44], complete=True) == 7
+    assert calls_until_fold([28, 32, 39, 42, 44], complete=False) == 4
+    assert calls_until_fold([3, 3], complete=False) == 1  # never zero
 
 
 def test_fold_trigger_cold_cache_and_fixed_schedule() -> None:
