@@ -107,9 +107,15 @@ def test_cost_model_applies_only_when_the_saving_pays() -> None:
 def test_an_edit_a_fold_will_take_saves_only_until_that_fold() -> None:
     # 3,000 removed at call 40 pays over the horizon's 40 calls (above)...
     assert _decide(40, 3_000, 10_000, horizon=1.0) == (True, "cost-model")
-    # ...but not when a fold takes the message within 20 calls: 3,000 × 0.1e-6 × 20 = $0.006
-    # < $0.009.
+    # ...but not when a fold takes the message within 20 calls: the edit saves its whole size
+    # for 20 calls and the summary's share of it (0.4) for the other 20, as if for 28 calls:
+    # 3,000 × 0.1e-6 × 28 = $0.0084 < $0.009.
     assert _decide(40, 3_000, 10_000, horizon=1.0, until_fold=20)[0] is False
+    assert _decide(40, 3_500, 10_000, horizon=1.0, until_fold=20) == (True, "cost-model")
+    # Summaries of the least size: after the fold the edit saves nothing (3,500 × 20 calls).
+    assert (
+        _decide(40, 3_500, 10_000, horizon=1.0, until_fold=20, fold_summary_share=0.0)[0] is False
+    )
     # A later fold leaves the horizon's guess in charge.
     assert _decide(40, 3_000, 10_000, horizon=1.0, until_fold=60) == (True, "cost-model")
 

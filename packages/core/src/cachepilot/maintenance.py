@@ -579,10 +579,10 @@ def calls_until_fold(fold_calls: Sequence[int], *, complete: bool) -> int | None
     (in order): the mean gap between them (from call 0 when `complete`, the list reaching
     back to the thread's start); None before two folds (one when `complete`) were seen.
 
-    A stub or an argument reduction of a message a fold will take saves only until that fold:
-    after it the summary stands for the message whatever was done to it, and the edit's
-    re-miss bought a saving of those few calls (`cachepilot bench --audit`: argument
-    reductions taken between frequent folds lost money)."""
+    A stub or an argument reduction of a message a fold will take saves its whole size only
+    until that fold: after it the summary stands for the message, and the edit saves only what
+    the summary would have spent on it (`cachepilot bench --audit`: argument reductions taken
+    between frequent folds lost money)."""
     calls = [0, *fold_calls] if complete else list(fold_calls)
     if len(calls) < 2:
         return None
@@ -633,7 +633,8 @@ def decide(
 
     `sizes`: `counter.count_message` of each of `messages`, when the caller keeps them.
     `until_fold`: calls until a fold is expected to take every candidate anyway (see
-    `calls_until_fold`); an edit saves only until then, so the horizon is cut to it.
+    `calls_until_fold`); an edit saves its whole size until then, and after it only the
+    `fold_summary_share` of it the fold summary would have kept.
 
     Returns:
         The decision record and the candidates to turn into edits (empty when not applying).
@@ -658,8 +659,12 @@ def decide(
         return record, []
     all_sizes = _all_sizes(messages, counter, sizes)
     remiss = sum(all_sizes[totals.first_index :])
-    guess = round(call * config.horizon)
-    rate = rates(config, price, call, guess if until_fold is None else min(guess, until_fold))
+    rate = rates(config, price, call)
+    if until_fold is not None and until_fold < rate.expected_calls:
+        # Until the fold the edit saves its whole size; after it only the share of that size
+        # the fold summary would have spent on it (summaries scale with what they replace).
+        after = (rate.expected_calls - until_fold) * config.fold_summary_share
+        rate = rates(config, price, call, round(until_fold + after))
     cost_usd = remiss * rate.remiss_per_token
     saving_usd = totals.removed * rate.saving_per_token
     record = record.model_copy(
