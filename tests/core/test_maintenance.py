@@ -502,3 +502,49 @@ def test_a_fold_pays_only_past_the_margin() -> None:
 def test_fold_margin_is_validated(margin: float) -> None:
     with pytest.raises(ValueError, match="fold_margin"):
         MaintenanceConfig(fold_margin=margin)
+
+
+def _write_session(steps: int, writes: set[int]) -> list[list[Message]]:
+    """A long session of shell outputs, with a whole file written at the steps in `writes`."""
+    history: list[Message] = [Message(role="user", content="Fix the failing tests, please.")]
+    snapshots: list[list[Message]] = []
+    for n in range(steps):
+        snapshots.append(list(history))
+        if n in writes:
+            content = "\n".join(f"def f{i}_{n}(): return {i}" for i in range(1_500))
+            call = ToolCall(f"c{n}", "write", json.dumps({"path": f"m{n}.py", "content": content}))
+            body = "ok"
+        else:
+            call = ToolCall(f"c{n}", "bash", json.dumps({"command": f"run {n}"}))
+            body = "\n".join(f"line {i} of output {n}: value={i * 7 + n}" for i in range(60))
+        history.append(Message(role="assistant", content=f"thinking {n}", tool_calls=(call,)))
+        history.append(Message(role="tool", content=body, tool_call_id=f"c{n}", name=call.name))
+    snapshots.append(list(history))
+    return snapshots
+
+
+def test_an_argument_reduction_after_regular_folds_is_priced_by_their_pace() -> None:
+    pilot = CachePilot(Config(), store=InMemoryArtifactStore())
+    for t, snapshot in enumerate(_write_session(90, {30, 55, 70})):
+        pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+    decisions = pilot.state("t").decisions
+    folds = [d.call for d in decisions if d.apply and d.reason == "cost-model-fold"]
+    reductions = [d for d in decisions if d.apply and d.reason == "cost-model"]
+    assert reductions, "the file written at step 70 is reduced"
+    for record in reductions:
+        before = [c for c in folds if c < record.call]
+        assert before, "the reduction comes after the thread has folded"
+        pace = round(before[-1] / len(before))  # the mean gap from call 0
+        horizon = round(record.call * 0.5)
+        assert pace < horizon
+        # Its whole size until the next fold, the summary's 0.4 of it for the rest.
+        assert record.expected_calls == round(pace + 0.4 * (horizon - pace))
+        assert record.saving_usd > record.cost_usd
+    # Without folds by cost no fold is coming: the horizon's guess alone.
+    no_cost_folds = CachePilot(
+        Config(maintenance=MaintenanceConfig(fold_by_cost=False)), store=InMemoryArtifactStore()
+    )
+    for t, snapshot in enumerate(_write_session(90, {30, 55, 70})):
+        no_cost_folds.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+    plain = [d for d in no_cost_folds.state("t").decisions if d.reason == "cost-model"]
+    assert plain and all(d.expected_calls == round(d.call * 0.5) for d in plain)
