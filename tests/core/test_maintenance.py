@@ -9,7 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.maintenance.policy import Candidate, MaintenanceConfig, decide, prune_candidates
+from cachepilot.maintenance.policy import (
+    Candidate,
+    MaintenanceConfig,
+    calls_until_fold,
+    decide,
+    prune_candidates,
+)
 from cachepilot.messages import Message, ToolCall, message_keys, pairing_issues
 from cachepilot.pilot.facade import CachePilot, Config
 from cachepilot.pricing import Price
@@ -66,8 +72,10 @@ def _decide(call: int, removed: int, remiss_tokens: int, **kw: object) -> tuple[
     counter = TokenCounter(CharEncoding())
     tail = Message(role="tool", content="y" * (remiss_tokens - 4), tool_call_id="t")
     cand = Candidate(index=0, key="k", kind="stub", tokens=removed + 30, reason="old")
+    until_fold = kw.pop("until_fold", None)
     cfg = MaintenanceConfig(min_prune_tokens=0, **kw)  # type: ignore[arg-type]
     record, chosen = decide(
+        until_fold=until_fold,  # type: ignore[arg-type]
         call=call,
         messages=[tail],
         candidates=[cand],
@@ -94,6 +102,32 @@ def test_cost_model_applies_only_when_the_saving_pays() -> None:
     assert _decide(40, 3_000, 10_000, horizon=1.0) == (True, "cost-model")
     # The same edit early in a session (call 5) does not pay yet.
     assert _decide(5, 3_000, 10_000, horizon=1.0)[0] is False
+
+
+def test_an_edit_a_fold_will_take_saves_only_until_that_fold() -> None:
+    # 3,000 removed at call 40 pays over the horizon's 40 calls (above)...
+    assert _decide(40, 3_000, 10_000, horizon=1.0) == (True, "cost-model")
+    # ...but not when a fold takes the message within 20 calls: the edit saves its whole size
+    # for 20 calls and the summary's share of it (0.4) for the other 20, as if for 28 calls:
+    # 3,000 × 0.1e-6 × 28 = $0.0084 < $0.009.
+    assert _decide(40, 3_000, 10_000, horizon=1.0, until_fold=20)[0] is False
+    assert _decide(40, 3_500, 10_000, horizon=1.0, until_fold=20) == (True, "cost-model")
+    # Summaries of the least size: after the fold the edit saves nothing (3,500 × 20 calls).
+    assert (
+        _decide(40, 3_500, 10_000, horizon=1.0, until_fold=20, fold_summary_share=0.0)[0] is False
+    )
+    # A later fold leaves the horizon's guess in charge.
+    assert _decide(40, 3_000, 10_000, horizon=1.0, until_fold=60) == (True, "cost-model")
+
+
+def test_calls_until_fold_is_the_pace_of_the_folds_seen() -> None:
+    assert calls_until_fold([], complete=True) is None
+    assert calls_until_fold([12], complete=False) is None  # one fold of an unknown start
+    assert calls_until_fold([12], complete=True) == 12
+    # Folds at 15, 28, 32, 39, 42, 44 (a Claude Code session): one every 7 calls or so.
+    assert calls_until_fold([15, 28, 32, 39, 42, 44], complete=True) == 7
+    assert calls_until_fold([28, 32, 39, 42, 44], complete=False) == 4
+    assert calls_until_fold([3, 3], complete=False) == 1  # never zero
 
 
 def test_fold_trigger_cold_cache_and_fixed_schedule() -> None:
@@ -468,3 +502,49 @@ def test_a_fold_pays_only_past_the_margin() -> None:
 def test_fold_margin_is_validated(margin: float) -> None:
     with pytest.raises(ValueError, match="fold_margin"):
         MaintenanceConfig(fold_margin=margin)
+
+
+def _write_session(steps: int, writes: set[int]) -> list[list[Message]]:
+    """A long session of shell outputs, with a whole file written at the steps in `writes`."""
+    history: list[Message] = [Message(role="user", content="Fix the failing tests, please.")]
+    snapshots: list[list[Message]] = []
+    for n in range(steps):
+        snapshots.append(list(history))
+        if n in writes:
+            content = "\n".join(f"def f{i}_{n}(): return {i}" for i in range(1_500))
+            call = ToolCall(f"c{n}", "write", json.dumps({"path": f"m{n}.py", "content": content}))
+            body = "ok"
+        else:
+            call = ToolCall(f"c{n}", "bash", json.dumps({"command": f"run {n}"}))
+            body = "\n".join(f"line {i} of output {n}: value={i * 7 + n}" for i in range(60))
+        history.append(Message(role="assistant", content=f"thinking {n}", tool_calls=(call,)))
+        history.append(Message(role="tool", content=body, tool_call_id=f"c{n}", name=call.name))
+    snapshots.append(list(history))
+    return snapshots
+
+
+def test_an_argument_reduction_after_regular_folds_is_priced_by_their_pace() -> None:
+    pilot = CachePilot(Config(), store=InMemoryArtifactStore())
+    for t, snapshot in enumerate(_write_session(90, {30, 55, 70})):
+        pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+    decisions = pilot.state("t").decisions
+    folds = [d.call for d in decisions if d.apply and d.reason == "cost-model-fold"]
+    reductions = [d for d in decisions if d.apply and d.reason == "cost-model"]
+    assert reductions, "the file written at step 70 is reduced"
+    for record in reductions:
+        before = [c for c in folds if c < record.call]
+        assert before, "the reduction comes after the thread has folded"
+        pace = round(before[-1] / len(before))  # the mean gap from call 0
+        horizon = round(record.call * 0.5)
+        assert pace < horizon
+        # Its whole size until the next fold, the summary's 0.4 of it for the rest.
+        assert record.expected_calls == round(pace + 0.4 * (horizon - pace))
+        assert record.saving_usd > record.cost_usd
+    # Without folds by cost no fold is coming: the horizon's guess alone.
+    no_cost_folds = CachePilot(
+        Config(maintenance=MaintenanceConfig(fold_by_cost=False)), store=InMemoryArtifactStore()
+    )
+    for t, snapshot in enumerate(_write_session(90, {30, 55, 70})):
+        no_cost_folds.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+    plain = [d for d in no_cost_folds.state("t").decisions if d.reason == "cost-model"]
+    assert plain and all(d.expected_calls == round(d.call * 0.5) for d in plain)

@@ -47,6 +47,7 @@ __all__ = [
     "Rates",
     "argument_plan",
     "build_edits",
+    "calls_until_fold",
     "decide",
     "fold_estimate",
     "fold_pays",
@@ -598,6 +599,21 @@ def fold_pays(
     return estimate is not None and estimate.pays
 
 
+def calls_until_fold(fold_calls: Sequence[int], *, complete: bool) -> int | None:
+    """Calls until the next fold, judged from the calls at which the thread's folds were taken
+    (in order): the mean gap between them (from call 0 when `complete`, the list reaching
+    back to the thread's start); None before two folds (one when `complete`) were seen.
+
+    A stub or an argument reduction of a message a fold will take saves its whole size only
+    until that fold: after it the summary stands for the message, and the edit saves only what
+    the summary would have spent on it (`cachepilot bench --audit`: argument reductions taken
+    between frequent folds lost money)."""
+    calls = [0, *fold_calls] if complete else list(fold_calls)
+    if len(calls) < 2:
+        return None
+    return max(1, round((calls[-1] - calls[0]) / (len(calls) - 1)))
+
+
 def task_fold_estimate(
     sizes: Sequence[int],
     start: int,
@@ -636,10 +652,14 @@ def decide(
     context_window: int,
     stub_tokens: Callable[[Candidate], int],
     sizes: Sequence[int] | None = None,
+    until_fold: int | None = None,
 ) -> tuple[Decision, list[Candidate]]:
     """Decide whether this call is a maintenance point, and which candidates to apply.
 
     `sizes`: `counter.count_message` of each of `messages`, when the caller keeps them.
+    `until_fold`: calls until a fold is expected to take every candidate anyway (see
+    `calls_until_fold`); an edit saves its whole size until then, and after it only the
+    `fold_summary_share` of it the fold summary would have kept.
 
     Returns:
         The decision record and the candidates to turn into edits (empty when not applying).
@@ -665,6 +685,11 @@ def decide(
     all_sizes = _all_sizes(messages, counter, sizes)
     remiss = sum(all_sizes[totals.first_index :])
     rate = rates(config, price, call)
+    if until_fold is not None and until_fold < rate.expected_calls:
+        # Until the fold the edit saves its whole size; after it only the share of that size
+        # the fold summary would have spent on it (summaries scale with what they replace).
+        after = (rate.expected_calls - until_fold) * config.fold_summary_share
+        rate = rates(config, price, call, round(until_fold + after))
     cost_usd = remiss * rate.remiss_per_token
     saving_usd = totals.removed * rate.saving_per_token
     record = record.model_copy(

@@ -27,6 +27,7 @@ from cachepilot.maintenance.policy import (
     MaintenanceConfig,
     argument_plan,
     build_edits,
+    calls_until_fold,
     decide,
     fold_estimate,
     prune_candidates,
@@ -193,6 +194,9 @@ class Maintenance(PilotBase):
             context = view_tokens + counter.count(system or "")
             context += self._tools_tokens(tools, counter)
             window = cfg.context_window or profile.context_window
+            # What a fold keeps in view (DESIGN §2.7): a fold starts after the conversation it
+            # must keep; without recall no fold takes a user message or a reply.
+            keeps = _FoldKeeps(rendered, sizes, cfg, counter, recall=recall) if cfg.fold else None
             decision, chosen = decide(
                 call=state.calls,
                 messages=view,
@@ -206,6 +210,7 @@ class Maintenance(PilotBase):
                 context_window=window,
                 stub_tokens=lambda c: _stub_tokens(c, cfg.stub_keeps_chars if recall else 0),
                 sizes=sizes,
+                until_fold=_until_fold(state, candidates, keeps, cfg),
             )
             prune_decision = decision
             edits: list[Edit] = []
@@ -215,9 +220,6 @@ class Maintenance(PilotBase):
             fold_reason = None
             keep_from: str | None = None
             start_key: str | None = None
-            # What a fold keeps in view (DESIGN §2.7): a fold starts after the conversation it
-            # must keep; without recall no fold takes a user message or a reply.
-            keeps = _FoldKeeps(rendered, sizes, cfg, counter, recall=recall) if cfg.fold else None
             task_fold = (
                 self._finished_task_fold(
                     state, rendered, counter, profile.price, sizes, cold=cold, keeps=keeps
@@ -743,6 +745,29 @@ class _FoldKeeps:
         start_key = spans[begin][0] if begin > self.start else None
         keep_from = spans[end][0] if end != self._natural() and end < len(spans) else None
         return start_key, keep_from
+
+
+_FOLD_REASONS = frozenset({"cost-model-fold", "finished-task-fold", "fold-trigger"})
+
+
+def _until_fold(
+    state: PilotState,
+    candidates: Sequence[Candidate],
+    keeps: _FoldKeeps | None,
+    cfg: MaintenanceConfig,
+) -> int | None:
+    """Calls until a cost-model fold is expected to take every candidate anyway, or None (no
+    such fold: folds by cost off, a candidate before where folds start, or too few folds seen
+    to judge their pace)."""
+    if keeps is None or not cfg.fold_by_cost or not candidates:
+        return None
+    # Candidates lie before the protected results, so a fold takes them unless they are
+    # before where folds start (the task statement, the conversation kept in view).
+    if any(c.index < keeps.start for c in candidates):
+        return None
+    folds = [d.call for d in state.decisions if d.apply and d.reason in _FOLD_REASONS]
+    # The record keeps the last `_MAX_DECISIONS`: below that it reaches back to call 0.
+    return calls_until_fold(folds, complete=len(state.decisions) < _MAX_DECISIONS)
 
 
 def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:
