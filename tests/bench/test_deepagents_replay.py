@@ -36,7 +36,9 @@ def test_the_demo_session_replays_three_ways_and_cachepilot_pays() -> None:
     for variant in ("plain", "recipe"):
         assert runs[variant].input_cost_usd < 0.5 * alone.input_cost_usd
         assert runs[variant].request_chars < 0.5 * alone.request_chars
-        assert runs[variant].prefix_breaks <= runs[variant].epochs
+        # Breaks only at maintenance points, and once where the clock in the system prompt first
+        # moves (the values move into the context block there).
+        assert runs[variant].prefix_breaks <= runs[variant].epochs + 1
     # The recipe orders with the caller's middleware (a per-call system prompt here) as the
     # plain middleware does: the same bill.
     assert runs["recipe"].input_cost_usd == pytest.approx(runs["plain"].input_cost_usd, rel=0.02)
