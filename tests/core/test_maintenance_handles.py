@@ -19,6 +19,7 @@ from cachepilot.fold import plan_fold
 from cachepilot.fold.request import (
     FOLD_HANDLES_INTRO,
     MAX_FOLD_HANDLES,
+    FoldRequest,
     fold_handles_block,
     summary_body,
 )
@@ -26,6 +27,7 @@ from cachepilot.maintenance.policy import MaintenanceConfig, is_stub, stub_text
 from cachepilot.messages import Message, ToolCall, message_keys
 from cachepilot.plan.epochs import Epoch, Plan
 from cachepilot.reduce.handles import HANDLE_LINE_CHARS, MAX_HANDLES, host_handles
+from cachepilot.tokens import get_counter
 
 CLAUDE_CODE = (
     "Output too large (212.4KB). Full output saved to: "
@@ -183,3 +185,50 @@ def test_stubs_and_folds_keep_only_real_pointer_lines_bounded(
     kept = block.split("\n")[1:] if block else []
     assert kept == handles  # each line once, in order
     assert len(kept) <= MAX_FOLD_HANDLES
+
+
+class _Recording:
+    """A summarizer that records its requests and fills its budget with one repeated word."""
+
+    def __init__(self) -> None:
+        self.requests: list[FoldRequest] = []
+
+    def summarize(self, request: FoldRequest) -> str:
+        self.requests.append(request)
+        return " ".join(["fact"] * request.budget_tokens)
+
+
+def test_a_summary_does_not_grow_by_its_header_and_pointer_lines_at_every_fold() -> None:
+    # The floor "never smaller than the summary it replaces" counts that summary's body: the
+    # header and the host's pointer lines are written anew around the new body, so counting
+    # them would grow every later summary by their size, fold after fold.
+    counter = get_counter()
+    summarizer = _Recording()
+    kw: dict[str, object] = {
+        "store": InMemoryArtifactStore(),
+        "thread": "t",
+        "protect_tail_tokens": 3_000,
+        "min_tokens": 0,
+        "summary_tokens": 200,
+        "summary_share": 0.01,
+        "summary_max_tokens": 2_000,
+        "summarizer": summarizer,
+        "counter": counter,
+    }
+    plan = Plan(epochs=[])
+    for size in (4, 8, 12, 16):
+        transcript = _transcript(size)
+        edit = plan_fold(
+            transcript, message_keys(transcript), plan=plan, epoch_index=len(plan.epochs), **kw
+        )  # type: ignore[arg-type]
+        assert edit is not None and FOLD_HANDLES_INTRO in edit.text
+        plan = Plan(
+            epochs=[*plan.epochs, Epoch(index=len(plan.epochs), reason="fold", edits=[edit])]
+        )
+    budgets = [r.budget_tokens for r in summarizer.requests]
+    bodies = [
+        counter.count(r.previous_summary) for r in summarizer.requests[1:] if r.previous_summary
+    ]
+    assert len(bodies) == 3
+    for budget, body in zip(budgets[1:], bodies, strict=True):
+        assert budget <= max(body, 200) + 50  # the body's floor, not body + header + pointers

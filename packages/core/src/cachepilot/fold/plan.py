@@ -131,8 +131,9 @@ def _prepare(
         return None
     budget = summary_tokens
     if summary_share:
-        before = counter.count_message(previous) if previous is not None else 0
-        # Never smaller than the summary it replaces: it stands for all of that too.
+        # Never smaller than the summary it replaces (it stands for all of that too): its
+        # body, since the header and the host's pointer lines are written anew around it.
+        before = counter.count(summary_body(previous.text)) if previous is not None else 0
         budget = max(
             summary_budget(tokens + before, summary_tokens, summary_share, summary_max_tokens),
             min(before, summary_max_tokens or before),
