@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import json
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -198,7 +199,7 @@ def test_concurrent_requests_on_two_processes_lose_no_call(tmp_path: Path) -> No
 
 
 async def _names(store: SQLiteStateStore) -> list[str]:
-    conn = store._connect()
+    conn = sqlite3.connect(store.path)
     try:
         return [str(r[0]) for r in conn.execute("SELECT thread FROM cachepilot_state")]
     finally:
@@ -220,8 +221,6 @@ def test_versions_compare_and_set() -> None:
 
 
 def test_sqlite_versions_and_an_older_table(tmp_path: Path) -> None:
-    import sqlite3
-
     path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE cachepilot_state (thread TEXT PRIMARY KEY, state TEXT NOT NULL, "

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -122,27 +124,49 @@ class MemoryStateStore:
 class SQLiteStateStore:
     """A `cachepilot_state` table in an SQLite file (WAL; safe across threads and processes).
 
+    Each thread of a process keeps one connection open (a request saves its thread twice; a
+    connection opened and closed per statement cost more than the statement) and opens it
+    again when the file at `path` is no longer the one it opened (moved away, replaced).
+
     Args:
         path: the database file; an Agents SDK `SQLiteSession`'s own file is fine (the table
             name does not clash with the session's tables).
+        synchronous: SQLite's `synchronous` setting for the connections. `NORMAL` (the
+            default; with WAL): a commit survives the process being killed, and only a power
+            loss or an operating-system crash may undo the last commits (SQLite's advice for
+            WAL); `FULL` syncs the log to disk at every commit as well.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
         text = str(path)
         if not text or text == ":memory:":
             raise ValueError("SQLiteStateStore needs a database file, not ':memory:'")
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
         self.path = Path(text)
+        self.synchronous = synchronous
         self._lock = threading.Lock()
-        self._ready = False
+        self._local = threading.local()
 
-    def _connect(self) -> sqlite3.Connection:
+    def _file_id(self) -> tuple[int, int] | None:
+        try:
+            found = os.stat(self.path)
+        except OSError:
+            return None
+        return found.st_dev, found.st_ino
+
+    def _open(self) -> sqlite3.Connection:
+        # The table is made on every connection opened (rarely: one per thread, again only
+        # when the file was replaced), so a file made anew at the path is usable at once.
         conn = sqlite3.connect(self.path, timeout=30)
-        if not self._ready:
+        try:
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
             with self._lock:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {TABLE} (thread TEXT PRIMARY KEY, state TEXT "
-                    "NOT NULL, updated_at REAL NOT NULL, version INTEGER NOT NULL DEFAULT 0)"
+                    f"CREATE TABLE IF NOT EXISTS {TABLE} (thread TEXT PRIMARY KEY, state "
+                    "TEXT NOT NULL, updated_at REAL NOT NULL, version INTEGER NOT NULL "
+                    "DEFAULT 0)"
                 )
                 columns = {row[1] for row in conn.execute(f"PRAGMA table_info({TABLE})")}
                 if "version" not in columns:  # a table written before versions were kept
@@ -151,20 +175,44 @@ class SQLiteStateStore:
                             f"ALTER TABLE {TABLE} ADD COLUMN version INTEGER NOT NULL DEFAULT 0"
                         )
                 conn.commit()
-                self._ready = True
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
-    def _load(self, thread: str) -> str | None:
-        conn = self._connect()
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection to the file now at `path` (opened again when the file was
+        replaced, or after a failed statement)."""
+        held = getattr(self._local, "held", None)
+        current = self._file_id()
+        if held is not None and (held[1] != os.getpid() or held[2] != current):
+            self._local.held = None
+            if held[1] == os.getpid():
+                with contextlib.suppress(sqlite3.Error):
+                    held[0].close()
+            held = None
+        if held is None:
+            conn = self._open()
+            held = (conn, os.getpid(), self._file_id())
+            self._local.held = held
+        conn = held[0]
         try:
+            yield conn
+        except BaseException:
+            self._local.held = None
+            with contextlib.suppress(sqlite3.Error):
+                conn.rollback()
+                conn.close()
+            raise
+
+    def _load(self, thread: str) -> str | None:
+        with self._connection() as conn:
             row = conn.execute(f"SELECT state FROM {TABLE} WHERE thread = ?", (thread,)).fetchone()
-        finally:
-            conn.close()
         return None if row is None else str(row[0])
 
     def _save(self, thread: str, state: str) -> None:
-        conn = self._connect()
-        try:
+        with self._connection() as conn:
             conn.execute(
                 f"INSERT INTO {TABLE} (thread, state, updated_at, version) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(thread) DO UPDATE SET state = excluded.state, "
@@ -172,32 +220,23 @@ class SQLiteStateStore:
                 (thread, state, time.time(), first_version()),
             )
             conn.commit()
-        finally:
-            conn.close()
 
     def _load_versioned(self, thread: str) -> tuple[str | None, int]:
-        conn = self._connect()
-        try:
+        with self._connection() as conn:
             row = conn.execute(
                 f"SELECT state, version FROM {TABLE} WHERE thread = ?", (thread,)
             ).fetchone()
-        finally:
-            conn.close()
         return (None, 0) if row is None else (str(row[0]), int(row[1]))
 
     def _version(self, thread: str) -> int:
-        conn = self._connect()
-        try:
+        with self._connection() as conn:
             row = conn.execute(
                 f"SELECT version FROM {TABLE} WHERE thread = ?", (thread,)
             ).fetchone()
-        finally:
-            conn.close()
         return 0 if row is None else int(row[0])
 
     def _save_if(self, thread: str, state: str, expected: int) -> int | None:
-        conn = self._connect()
-        try:
+        with self._connection() as conn:
             # A row written before versions were kept has version 0, like no row at all.
             cursor = conn.execute(
                 f"UPDATE {TABLE} SET state = ?, updated_at = ?, version = version + 1 "
@@ -213,17 +252,12 @@ class SQLiteStateStore:
                     (thread, state, time.time(), version),
                 )
             conn.commit()
-        finally:
-            conn.close()
         return version if cursor.rowcount == 1 else None
 
     def _delete(self, thread: str) -> None:
-        conn = self._connect()
-        try:
+        with self._connection() as conn:
             conn.execute(f"DELETE FROM {TABLE} WHERE thread = ?", (thread,))
             conn.commit()
-        finally:
-            conn.close()
 
     async def load(self, thread: str) -> str | None:
         """The saved state, or None."""
