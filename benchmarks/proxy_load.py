@@ -10,12 +10,15 @@ client (httpx).
   session grows call by call (an assistant tool call and a ~2.5 KB tool result each) until it
   reaches the size; each of the last `--samples` calls is sent straight to the upstream and
   through the proxy, alternately, and the difference is the proxy's added latency (the whole
-  reply read). p50 / p95 / p99 in milliseconds.
+  reply read). p50 / p95 / p99 in milliseconds. `--upstream-ms` makes the upstream take that
+  long to answer, as a model does (by default it answers at once, and the client sends its next
+  request at once: nothing the proxy computes ahead can be ready by then).
 - concurrency: 10 / 40 / 100 sessions at once, 15 calls each (Chat Completions), through one
   process and through two (`--workers 2`, sharing `--store`): requests per second, p50 / p95
   latency, and the proxy processes' resident memory at the end.
 
 Run: uv run python benchmarks/proxy_load.py [--part latency|concurrency|all] [--samples 20]
+     [--upstream-ms 0 1000] [--fold-ahead on|off|both]
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ SCHEMA = {"type": "object", "properties": {"command": {"type": "string"}}}
 # ---------------------------------------------------------------------------- the upstream
 
 
-def upstream_app() -> Any:
-    """The fast upstream: one canned reply per format (usage fixed)."""
+def upstream_app(delay_ms: float = 0.0) -> Any:
+    """The fast upstream: one canned reply per format (usage fixed), after `delay_ms` (a
+    model's time to answer; 0: at once)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
@@ -73,6 +77,8 @@ def upstream_app() -> Any:
 
     async def serve(request: Request) -> Response:
         body = json.loads(await request.body())
+        if delay_ms > 0:
+            await asyncio.sleep(delay_ms / 1000)
         stream = body.get("stream") is True
         path = request.url.path
         if path.endswith("/chat/completions"):
@@ -236,9 +242,11 @@ def _wait(url: str, process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def upstream_process() -> Iterator[str]:
+def upstream_process(delay_ms: float = 0.0) -> Iterator[str]:
     port = _free_port()
-    process = subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(port)])
+    process = subprocess.Popen(
+        [sys.executable, __file__, "--serve-upstream", str(port), "--upstream-ms", str(delay_ms)]
+    )
     try:
         _wait(f"http://127.0.0.1:{port}/", process)
         yield f"http://127.0.0.1:{port}"
@@ -311,12 +319,17 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def latency(
-    samples: int, sizes: list[int], *, apis: tuple[str, ...] = APIS, ahead: bool = True
+    samples: int,
+    sizes: list[int],
+    *,
+    apis: tuple[str, ...] = APIS,
+    ahead: bool = True,
+    upstream_ms: float = 0.0,
 ) -> list[dict[str, Any]]:
     rows = []
     with (
         tempfile.TemporaryDirectory() as tmp,
-        upstream_process() as upstream,
+        upstream_process(upstream_ms) as upstream,
         proxy_process(upstream, 1, Path(tmp) / "proxy.sqlite", ahead=ahead) as (proxy, _),
     ):
         headers = {
@@ -351,6 +364,7 @@ def latency(
                             {
                                 "api": api,
                                 "fold_ahead": ahead,
+                                "upstream_ms": upstream_ms,
                                 "stream": stream,
                                 "kb": len(payload) // 1000,
                                 "calls": n,
@@ -434,6 +448,14 @@ def main(argv: list[str] | None = None) -> int:
         default="on",
         help="latency: the proxy computes folds ahead (its default), not, or both in turn",
     )
+    parser.add_argument(
+        "--upstream-ms",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="latency: the upstream answers after this many ms (a model's time to answer; "
+        "0: at once, so nothing computed ahead can be ready); several values run in turn",
+    )
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -441,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         import uvicorn
 
         uvicorn.run(
-            upstream_app(),
+            upstream_app(args.upstream_ms[0]),
             host="127.0.0.1",
             port=args.serve_upstream,
             log_level="warning",
@@ -453,17 +475,21 @@ def main(argv: list[str] | None = None) -> int:
         modes = {"on": [True], "off": [False], "both": [False, True]}[args.fold_ahead]
         result["latency"] = [
             row
+            for delay in args.upstream_ms
             for ahead in modes
-            for row in latency(args.samples, args.sizes, apis=tuple(args.apis), ahead=ahead)
+            for row in latency(
+                args.samples, args.sizes, apis=tuple(args.apis), ahead=ahead, upstream_ms=delay
+            )
         ]
         print(
-            f"\n{'format':<10} {'ahead':<6} {'stream':<6} {'KB':>5} {'p50 ms':>7} {'p95 ms':>7}"
-            f" {'p99 ms':>7} {'max ms':>7}"
+            f"\n{'format':<10} {'upstream':>8} {'ahead':<6} {'stream':<6} {'KB':>5} {'p50 ms':>7}"
+            f" {'p95 ms':>7} {'p99 ms':>7} {'max ms':>7}"
         )
         for r in result["latency"]:
             print(
-                f"{r['api']:<10} {r['fold_ahead']!s:<6} {r['stream']!s:<6} {r['kb']:>5} "
-                f"{r['p50']:>7.1f} {r['p95']:>7.1f} {r['p99']:>7.1f} {r['max']:>7.1f}"
+                f"{r['api']:<10} {r['upstream_ms']:>8g} {r['fold_ahead']!s:<6} {r['stream']!s:<6}"
+                f" {r['kb']:>5} {r['p50']:>7.1f} {r['p95']:>7.1f} {r['p99']:>7.1f}"
+                f" {r['max']:>7.1f}"
             )
     if args.part in ("concurrency", "all"):
         result["concurrency"] = concurrency(args.levels, args.calls)
