@@ -52,11 +52,41 @@ def test_a_grown_list_costs_only_its_length(base: dict[str, Any], grown: list[An
     assert delta == ({"d": {"calls": {"n": 2, "i": {}}}} if grown else None)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    kept=st.lists(_json, min_size=1, max_size=12),
+    dropped=st.lists(_json, min_size=1, max_size=8),
+    added=st.lists(_json, max_size=8),
+)
+def test_a_bounded_list_that_moved_on_costs_only_what_it_dropped(
+    kept: list[Any], dropped: list[Any], added: list[Any]
+) -> None:
+    """The oldest items dropped, new ones appended (a bounded record): the delta holds the
+    dropped items, not the kept ones, and gives the list back byte for byte."""
+    before = {"recent": [*dropped, *kept]}
+    after = {"recent": [*kept, *added]}
+    delta = reverse_delta(before, after)
+    stored = json.loads(json.dumps(delta))
+    assert json.dumps(rebuild(after, stored)) == json.dumps(before)
+    if json.dumps(dropped[0]) != json.dumps(kept[0]):
+        assert len(json.dumps(delta)) <= len(json.dumps(dropped)) + len(json.dumps(kept)) + 40
+
+
+def test_a_shift_between_equal_values_of_other_types_is_not_taken() -> None:
+    before, after = [0, 1, 2], [1.0, True, 5]  # equal values, not equal JSON text
+    stored = json.loads(json.dumps(reverse_delta(before, after)))
+    assert json.dumps(rebuild(after, stored)) == json.dumps(before)
+
+
 def test_a_delta_not_made_here_is_refused() -> None:
     with pytest.raises(ValueError):
         rebuild({"a": 1}, {"?": 1})
     with pytest.raises(ValueError):
         rebuild([1], {"d": {}})
+    with pytest.raises(ValueError):
+        rebuild([1], {"s": 5, "h": [0]})  # the list it shifted was longer
+    with pytest.raises(ValueError):
+        rebuild([1], {"s": 1, "h": "x"})
 
 
 def test_a_preparation_save_is_not_twice_the_state(tmp_path: Path) -> None:

@@ -10,14 +10,20 @@ delta)` does it. Both are linear in the documents and neither mutates its input.
 JSON itself: `{"=": value}` replaces a value; `{"d": {key: delta}, "x": [keys], "o": [keys]}`
 changes a mapping (keys to change or put back, keys to drop, and the key order when it differs
 from the one the changes give); `{"n": length, "i": {index: delta}}` changes a list (its first
-`length` items, items at `index` changed or put back).
+`length` items, items at `index` changed or put back); `{"s": length, "h": items}` is a list
+that dropped its first items and kept the rest in order (a bounded list that moved on:
+`before` is `items` followed by the first `length - len(items)` items of `after`).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 __all__ = ["rebuild", "reverse_delta"]
+
+_MAX_SHIFT = 8
+"""Items a bounded list may have dropped from its head for the delta to say so in one step."""
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -48,6 +54,9 @@ def reverse_delta(before: Any, after: Any) -> dict[str, Any] | None:
             out["o"] = list(before)
         return out
     if isinstance(before, list) and isinstance(after, list):
+        shifted = _shifted(before, after)
+        if shifted is not None:
+            return shifted
         items: dict[str, Any] = {}
         for index, value in enumerate(before):
             if index < len(after):
@@ -58,6 +67,24 @@ def reverse_delta(before: Any, after: Any) -> dict[str, Any] | None:
                 items[str(index)] = {"=": value}
         return {"n": len(before), "i": items}
     return {"=": before}
+
+
+def _shifted(before: list[Any], after: list[Any]) -> dict[str, Any] | None:
+    """The delta of a list that dropped its first few items (None: it did not). Compared by
+    value first, then as JSON text (1, 1.0 and True are equal values, not equal text)."""
+    n = len(before)
+    if not n or not after or _same(before[0], after[0]):
+        return None
+    for k in range(1, min(_MAX_SHIFT, n) + 1):
+        if len(after) < n - k or before[k:] != after[: n - k]:
+            continue
+        try:
+            exact = json.dumps(before[k:]) == json.dumps(after[: n - k])
+        except (TypeError, ValueError):
+            return None
+        if exact:
+            return {"s": n, "h": before[:k]}
+    return None
 
 
 def rebuild(after: Any, delta: Any) -> Any:
@@ -90,4 +117,14 @@ def rebuild(after: Any, delta: Any) -> Any:
             at = int(index)
             items[at] = rebuild(items[at], inner)
         return items
+    if "s" in delta:
+        if not isinstance(after, list):
+            raise ValueError("a list delta over a value that is not a list")
+        head = delta.get("h")
+        length = int(delta["s"])
+        if not isinstance(head, list) or not 0 < len(head) <= length:
+            raise ValueError("not a state delta")
+        if len(after) < length - len(head):
+            raise ValueError("a shifted list delta over a list too short")
+        return [*head, *after[: length - len(head)]]
     raise ValueError("not a state delta")
