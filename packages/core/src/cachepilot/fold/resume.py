@@ -8,6 +8,7 @@ from cachepilot.fold.facts_in_use import facts_in_use
 from cachepilot.fold.request import FoldMode, FoldRequest
 from cachepilot.memory import SessionMemory
 from cachepilot.memory.facts import view_text
+from cachepilot.memory.prefix_memo import SESSION_MEMORIES
 from cachepilot.tokens import TokenCounter, get_counter
 
 __all__ = ["DEFAULT_FACTS_SHARE", "ResumeBlockSummarizer"]
@@ -97,9 +98,8 @@ class ResumeBlockSummarizer:
         if request.source_messages and (
             len(request.source_messages) <= MAX_REBUILD_MESSAGES or not request.previous_summary
         ):
-            return SessionMemory.from_messages(request.source_messages).resume_block(
-                budget, counter
-            )
+            # The last fold's range and more: its memory is extended, not rebuilt.
+            return SESSION_MEMORIES.of(request.source_messages).resume_block(budget, counter)
         memory = SessionMemory.from_messages(request.folded_messages)
         previous = (request.previous_summary or "").strip()
         if not previous:

@@ -124,6 +124,7 @@ class SessionMemory(BaseModel):
     open_file: str | None = None
     awaiting_answer: bool = False
 
+    _trimmed: bool = PrivateAttr(default=False)
     _seen_set: set[str] | None = PrivateAttr(default=None)
     _edge_set: set[Edge] | None = PrivateAttr(default=None)
     _open_errors: set[str] | None = PrivateAttr(default=None)
@@ -136,6 +137,12 @@ class SessionMemory(BaseModel):
         memory = cls(**config)
         memory.update(messages, keys)
         return memory
+
+    @property
+    def trimmed(self) -> bool:
+        """True once a cap dropped an item (the memory then depends on when caps were
+        enforced, not only on the messages it saw)."""
+        return self._trimmed
 
     # ------------------------------------------------------------------ public API
 
@@ -311,6 +318,7 @@ class SessionMemory(BaseModel):
                 del self.items[item.id]
         if not removed:
             return
+        self._trimmed = True
         self.edges = [e for e in self.edges if e.src not in removed and e.dst not in removed]
         self._edge_set = None
         self._open_errors = None

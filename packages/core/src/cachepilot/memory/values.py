@@ -88,6 +88,14 @@ def _score(text: str) -> dict[str, float]:
 
 
 def ranked(values: dict[str, float]) -> list[str]:
+    """The values best first, less those inside a better one; memoised (a fold ranks every
+    output of its range again, and most are ranked as they were at the last fold)."""
+    return list(_ranked(tuple(values), tuple(values.values())))
+
+
+@lru_cache(maxsize=1_024)
+def _ranked(names: tuple[str, ...], scores: tuple[float, ...]) -> tuple[str, ...]:
+    values = dict(zip(names, scores, strict=True))
     ordered = sorted(values, key=lambda v: (-values[v], v))
     # A value inside a longer kept value adds nothing the longer one does not say.
     kept: list[str] = []
@@ -95,4 +103,4 @@ def ranked(values: dict[str, float]) -> list[str]:
         # (against the first few only: the check is quadratic, and the top matters most)
         if not any(value in other for other in kept[:_DEDUPE_AGAINST]):
             kept.append(value)
-    return kept
+    return tuple(kept)
