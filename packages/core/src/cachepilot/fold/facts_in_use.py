@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from cachepilot.fold.ahead import SUMMARY_STAGES
 from cachepilot.memory import patterns
@@ -28,7 +29,7 @@ from cachepilot.memory.tools import analyze_call
 from cachepilot.memory.values import SCAN_HEAD, SCAN_TAIL
 from cachepilot.memory.values import output_scores as _output_scores
 from cachepilot.memory.values import ranked as _ranked
-from cachepilot.messages import Message
+from cachepilot.messages import Message, ToolCall
 from cachepilot.support.redact import redact
 from cachepilot.tokens import TokenCounter
 
@@ -172,7 +173,7 @@ def _collect(messages: Sequence[Message]) -> list[_Source]:
     labels: dict[str, str] = {}
     for message in messages:
         for call in message.tool_calls:
-            labels[call.id] = _label(call.name, call.parsed_arguments())
+            labels[call.id] = _call_label(call)
     by_label: dict[str, _Source] = {}
     origin: dict[str, str] = {}  # value → label of the newest output that shows it
     for order, message in enumerate(messages):
@@ -206,6 +207,22 @@ def _collect(messages: Sequence[Message]) -> list[_Source]:
 def _agent_values(message: Message) -> Iterable[str]:
     text = message_search_text(message)
     return extract_candidates(patterns.window(text, SCAN_HEAD, SCAN_TAIL))
+
+
+_MEMO_ARGUMENT_CHARS = 2_000
+
+
+def _call_label(call: ToolCall) -> str:
+    # Memoised by the call's text (a fold labels every call of its range again), unless it is
+    # long (a file's content in a write): the memo holds its keys.
+    if len(call.arguments) > _MEMO_ARGUMENT_CHARS:
+        return _label(call.name, call.parsed_arguments())
+    return _labelled(call.name, call.arguments)
+
+
+@lru_cache(maxsize=4_096)
+def _labelled(name: str, arguments: str) -> str:
+    return _label(name, ToolCall(id="", name=name, arguments=arguments).parsed_arguments())
 
 
 def _label(name: str, args: dict[str, object] | object) -> str:

@@ -18,6 +18,7 @@ bounded whatever the output's size.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Final
 
 from cachepilot.reduce.stubs import reduced_stub
@@ -57,21 +58,29 @@ _HANDLE = re.compile(
 )
 
 
-def _candidate_lines(text: str) -> list[str]:
+def _window(text: str) -> str:
+    """The lines of `text` handles are looked for in: all of them, or those of its head and
+    tail (the line each cuts through left out)."""
     if len(text) <= 2 * HANDLE_SCAN_CHARS:
-        return text.splitlines()
-    head = text[:HANDLE_SCAN_CHARS].splitlines()[:-1]  # the last line may be cut
+        return text
+    head = text[:HANDLE_SCAN_CHARS].splitlines()[:-1]
     tail = text[-HANDLE_SCAN_CHARS:].splitlines()[1:]
-    return [*head, *tail]
+    return "\n".join([*head, *tail])
 
 
 def host_handles(text: str) -> list[str]:
     """The lines of `text` that point to where the host saved the full output (at most
     `MAX_HANDLES`, stripped, credentials redacted, in order; empty when there is none).
 
-    Redacted here, since stubs and fold headers copy these lines as they are."""
+    Redacted here, since stubs and fold headers copy these lines as they are. Memoised by
+    the scanned window: a fold reads every output of its range again."""
+    return list(_handles(_window(text)))
+
+
+@lru_cache(maxsize=4_096)
+def _handles(window: str) -> tuple[str, ...]:
     found: list[str] = []
-    for line in _candidate_lines(text):
+    for line in window.splitlines():
         stripped = line.strip()
         if not stripped or len(stripped) > HANDLE_LINE_CHARS or stripped in found:
             continue
@@ -79,7 +88,7 @@ def host_handles(text: str) -> list[str]:
             found.append(redact(stripped))
             if len(found) >= MAX_HANDLES:
                 break
-    return found
+    return tuple(found)
 
 
 def is_handle_line(line: str) -> bool:
