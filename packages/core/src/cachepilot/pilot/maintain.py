@@ -21,6 +21,7 @@ from cachepilot.fold import (
 from cachepilot.fold.cut import straddled
 from cachepilot.fold.keep import fold_begin, fold_stretches
 from cachepilot.lifecycle import LifecycleRegistry, SegmentState
+from cachepilot.maintenance.pointers import restore_pointers
 from cachepilot.maintenance.policy import (
     Candidate,
     FoldEstimate,
@@ -34,7 +35,6 @@ from cachepilot.maintenance.policy import (
     stub_text,
     task_fold_estimate,
 )
-from cachepilot.maintenance.pointers import restore_pointers
 from cachepilot.maintenance.settle import settle
 from cachepilot.maintenance.view_cache import ViewCache
 from cachepilot.memory.values import output_values
