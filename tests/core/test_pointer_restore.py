@@ -142,3 +142,35 @@ def test_a_pointer_shown_with_its_call_stays_true_after_folds() -> None:
 def _by_call(view: list[Message], transcript: list[Message]) -> list[tuple[Message, Message]]:
     originals = {m.tool_call_id: m for m in transcript if m.role == "tool"}
     return [(m, originals[m.tool_call_id]) for m in view if m.tool_call_id in originals]
+
+
+class _Registry:
+    """What `settle` reads of a lifecycle registry, recording what it is told."""
+
+    def __init__(self) -> None:
+        self.segments = {"unit": object()}
+        self.stubbed: set[str] = set()
+
+    def compact(self, folded: object, stubbed: object = ()) -> int:
+        self.stubbed = set(stubbed)  # type: ignore[call-overload]
+        return 0
+
+
+def test_settle_counts_a_restored_result_as_shown_not_stubbed() -> None:
+    from cachepilot.maintenance.settle import settle
+    from cachepilot.plan.epochs import Epoch, Plan
+
+    messages = [
+        Message(role="user", content="task"),
+        *_exchange("a", SHARED),
+        *_exchange("b", "other output", command="ls"),
+        *_exchange("c", duplicate_stub("a", None)),
+    ]
+    keys = message_keys(messages)
+    fold = _fold(keys, 1, 2)
+    restores = restore_pointers(messages, keys, fold)
+    pruned = Edit(kind="stub", key=keys[4], text="[pruned]", ref="0123456789ab")
+    plan = Plan(epochs=[Epoch(index=0, reason="cost-model-fold", edits=[fold, *restores, pruned])])
+    registry = _Registry()
+    settle(plan, registry, messages, keys)  # type: ignore[arg-type]
+    assert restores and registry.stubbed == {keys[4]}
