@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cachepilot.lifecycle import LifecycleRegistry
+from cachepilot.maintenance.pointers import is_restore
 from cachepilot.maintenance.policy import is_stub
 from cachepilot.messages import Message
 from cachepilot.plan.epochs import Edit, Plan, render_plan
@@ -56,12 +57,13 @@ def settle(
             continue
         applied.add(id(edit))
         folded.update(keys[position[first] : position[last] + 1])
-    # Results replaced by stubs (reduced arguments leave the results whole).
+    # Results replaced by stubs (reduced arguments leave the results whole; a restored
+    # pointer shows its content again).
     stubbed = {
         edit.key
         for epoch in plan.epochs
         for edit in epoch.edits
-        if edit.kind in ("stub", "evict") and edit.key in position
+        if edit.kind in ("stub", "evict") and not is_restore(edit) and edit.key in position
     }
     stubbed.update(
         key

@@ -21,6 +21,7 @@ from cachepilot.fold import (
 from cachepilot.fold.cut import straddled
 from cachepilot.fold.keep import fold_begin, fold_stretches
 from cachepilot.lifecycle import LifecycleRegistry, SegmentState
+from cachepilot.maintenance.pointers import restore_pointers
 from cachepilot.maintenance.policy import (
     Candidate,
     FoldEstimate,
@@ -381,7 +382,14 @@ class Maintenance(PilotBase):
                 start_key=start_key,
                 **args,
             )
-        return [edit] if edit is not None else []
+        if edit is None:
+            return []
+        if finished:
+            # Finished work is not in use (its summary keeps the least size): a pointer into
+            # it stays a pointer (measured: restoring there cost more than it kept).
+            return [edit]
+        # A pointer kept after the range to a call the range takes gets its content back.
+        return [edit, *restore_pointers(canon_messages, keys, edit)]
 
     def emergency_fold(
         self,

@@ -28,6 +28,7 @@ __all__ = [
     "omitted_lines_marker",
     "omitted_stretch_marker",
     "omitted_values_note",
+    "pointed_call",
     "pointer",
     "recall_call",
     "reduced_stub",
@@ -115,6 +116,23 @@ def omitted_stretch_marker(
     if ref is None:
         return f"[… {what} ({where}) …]"
     return f'[… {what} ({where}); recall(ref="{ref}", lines="{span}") …]'
+
+
+_POINTED_RE = re.compile(
+    r"\[(?:same output as call (?P<dup>[^\s;\]]{1,40}) above; "
+    r"|file unchanged since call (?P<read>[^\s;:\]]{1,40}): "
+    r"|identical call #\d{1,9} in a row, same output as call (?P<loop>[^\s;\]]{1,40}); )"
+)
+
+
+def pointed_call(text: str) -> str | None:
+    """The call a pointer stub (`duplicate_stub`, `unchanged_read_stub`, `loop_stub`) says
+    holds the same content, as the stub names it (`clean_label`); None for any other text.
+    Only the head of `text` is read: a stub is the whole output."""
+    found = _POINTED_RE.match(text[:200])
+    if found is None:
+        return None
+    return found.group("dup") or found.group("read") or found.group("loop")
 
 
 def duplicate_stub(call_id: str, ref: str | None) -> str:
