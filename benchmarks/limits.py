@@ -21,6 +21,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 PROBES: dict[str, str] = {
+    "fact_scan_long_run": """
+        import time
+        from cachepilot.memory.facts import count_candidates
+        for size in (30_000, 1_000_000):
+            started = time.perf_counter()
+            count_candidates("x" * size)
+            print(f"fact scan of {size:,} characters without a separator: "
+                  f"{time.perf_counter() - started:.3f} s")
+    """,
     "regex_backtracking": """
         import time
         from cachepilot import CachePilot, Config

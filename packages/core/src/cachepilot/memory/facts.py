@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from cachepilot.messages import Message, ReasoningPart, TextPart
@@ -35,6 +35,50 @@ _CANDIDATE = re.compile(
     "|".join(f"(?:{p})" for p in (_PATH, _DOTTED, _SNAKE, _CAMEL, _NUMBER, _HEX))
 )
 _QUOTE = re.compile(_QUOTED)
+
+# Every candidate is made of these characters only, so a run of them bounds where a match can
+# start and end. The patterns backtrack over a whole run at each of its positions (`\w*`
+# before a `_` that never comes): quadratic in a run's length. Runs up to `_LONG_RUN`
+# characters (all of them in ordinary text) are scanned with the patterns as they are; a
+# longer run (a base64 blob, minified code, a megabyte without a space) with the same
+# patterns bounded to `_BOUND` characters a piece (a path or a dotted name of several pieces
+# stays whole), which keeps the scan linear; it differs from the unbounded patterns only inside
+# such runs, on names longer than a piece.
+_RUN_CHARS = r"[\w./()-]"
+_LONG_RUN = 256
+_BOUND = 40
+_LONG_RUNS = re.compile(rf"(?<!{_RUN_CHARS}){_RUN_CHARS}{{{_LONG_RUN + 1},}}")
+_B = f"{{1,{_BOUND}}}"
+_B0 = f"{{0,{_BOUND}}}"
+_CANDIDATE_BOUNDED = re.compile(
+    "|".join(
+        f"(?:{p})"
+        for p in (
+            rf"(?:\.{{0,2}}/)?(?:[\w.-]{_B}/){{1,16}}[\w.-]{_B}",
+            rf"[A-Za-z_]\w{_B0}(?:\.[A-Za-z_]\w{_B0}){{1,16}}(?:\(\))?",
+            rf"[A-Za-z]\w{_B0}_\w{_B}",
+            rf"[a-z]{_B}[A-Z]\w{_B}|[A-Z][a-z]{_B}[A-Z]\w{_B}",
+            _NUMBER,
+            _HEX,
+        )
+    )
+)
+
+
+def _candidate_matches(text: str) -> Iterator[str]:
+    """What `_CANDIDATE.finditer(text)` matches, in order, in time linear in `text` (runs
+    longer than `_LONG_RUN` scanned with bounded patterns: see above)."""
+    at = 0
+    for run in _LONG_RUNS.finditer(text):
+        for m in _CANDIDATE.finditer(text, at, run.start()):
+            yield m.group(0)
+        for m in _CANDIDATE_BOUNDED.finditer(run.group(0)):
+            yield m.group(0)
+        at = run.end()
+    for m in _CANDIDATE.finditer(text, at):
+        yield m.group(0)
+
+
 _MAX_FACTS_PER_CALL = 24
 _MIN_LEN = 4
 
@@ -60,8 +104,8 @@ def view_text(system: str | None, messages: Iterable[Message]) -> str:
 def count_candidates(text: str) -> dict[str, int]:
     """How often each fact-shaped substring occurs in `text` (one pass over it)."""
     counts: dict[str, int] = {}
-    for m in _CANDIDATE.finditer(text):
-        value = m.group(0).strip()
+    for match in _candidate_matches(text):
+        value = match.strip()
         if len(value) >= _MIN_LEN:
             counts[value] = counts.get(value, 0) + 1
     for m in _QUOTE.finditer(text):
