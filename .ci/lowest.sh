@@ -23,7 +23,8 @@ DEV_TOOLS=()
 while IFS= read -r line; do DEV_TOOLS+=("$line"); done < <(python3 .ci/dev_tools.py)
 
 run_lowest() {
-    local name="$1" tests="$2"
+    local name="$1" tests
+    read -r -a tests <<<"$2"
     shift 2
     local venv="$SCRATCH/$name"
     echo "== $name: lowest-direct resolution of $*"
@@ -40,15 +41,15 @@ run_lowest() {
         grep -Ei '^(python|pydantic|tiktoken|langchain|langchain-core|langchain-openai|langgraph|langgraph-prebuilt|langgraph-checkpoint-sqlite|matplotlib|openai|openai-agents|platformdirs|rich)==' |
         tr '\n' ' '
     echo
-    (cd "$ROOT" && "$venv/bin/python" -m pytest -q "$tests")
+    (cd "$ROOT" && "$venv/bin/python" -m pytest -q "${tests[@]}")
     unset VIRTUAL_ENV
 }
 
 # The plugin tests drive the plugins against the bench's replay provider (real HTTP): the
-# bench and its dependencies (both plugins) are installed with each.
-run_lowest langgraph tests/langgraph \
+# bench and its dependencies (both plugins) are installed with them. One environment serves
+# both plugins' tests: a separate one per plugin resolved to the same versions (only the
+# LangGraph plugin's `sqlite` extra added three packages beside them), so it cost a second
+# install and a second test session for nothing.
+run_lowest plugins "tests/langgraph tests/agents" \
     packages/core "packages/langgraph_plugin[langchain,sqlite]" packages/openai_agents_plugin \
-    packages/bench
-run_lowest agents tests/agents \
-    packages/core packages/openai_agents_plugin "packages/langgraph_plugin[langchain]" \
     packages/bench
