@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from cachepilot.state.base import SQLiteStateStore
+from cachepilot.state.sqlite_connections import MAX_FILES
 
 
 def test_a_replaced_file_is_read_not_the_one_the_connection_opened(tmp_path: Path) -> None:
@@ -78,3 +82,35 @@ def test_threads_saving_over_versions_lose_no_save(tmp_path: Path) -> None:
 def test_a_bad_synchronous_setting_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="synchronous"):
         SQLiteStateStore(tmp_path / "state.sqlite", synchronous="OFF")
+
+
+def _open_files(under: Path) -> int:
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            if os.readlink(fd).startswith(str(under)):
+                count += 1
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd")
+def test_many_stores_alive_keep_a_bounded_number_of_files_open(tmp_path: Path) -> None:
+    # A companion store per session (the Agents SDK plugin keeps one per thread it serves):
+    # hundreds alive at once, on one file or on a file each, must not hold a connection each.
+    shared = [SQLiteStateStore(tmp_path / "one.sqlite") for _ in range(300)]
+    own = [SQLiteStateStore(tmp_path / f"own_{n}.sqlite") for n in range(60)]
+
+    async def use_all() -> None:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=2))
+        for n, store in enumerate([*shared, *own]):
+            await store.save(f"t{n}", str(n))
+            assert await store.load(f"t{n}") == str(n)
+        # While the threads are alive: at most MAX_FILES connections each (a database file,
+        # its log and its shared-memory file open per connection at most).
+        assert _open_files(tmp_path) <= 2 * MAX_FILES * 3
+
+    asyncio.run(use_all())
+    # Every store still reads and writes its file.
+    assert asyncio.run(shared[0].load("t299")) == "299"
+    assert asyncio.run(own[0].load("t300")) == "300"
+    assert asyncio.run(own[59].load("t359")) == "359"
