@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cachepilot.state.base import SQLiteStateStore
-from cachepilot.state.sqlite_connections import MAX_FILES
+from cachepilot.state.sqlite_connections import MAX_FILES, connection
 
 
 def test_a_replaced_file_is_read_not_the_one_the_connection_opened(tmp_path: Path) -> None:
@@ -114,3 +114,60 @@ def test_many_stores_alive_keep_a_bounded_number_of_files_open(tmp_path: Path) -
     assert asyncio.run(shared[0].load("t299")) == "299"
     assert asyncio.run(own[0].load("t300")) == "300"
     assert asyncio.run(own[59].load("t359")) == "359"
+
+
+def test_a_file_replaced_while_its_connection_opens_is_not_taken_for_the_old_one(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.sqlite"
+    store = SQLiteStateStore(path)
+    asyncio.run(store.save("t", "old"))
+    newer = sqlite3.connect(tmp_path / "newer.sqlite")  # a whole file, no log beside it
+    newer.execute("CREATE TABLE cachepilot_state (thread TEXT PRIMARY KEY, state TEXT NOT NULL, "
+                  "updated_at REAL NOT NULL, version INTEGER NOT NULL DEFAULT 0)")  # fmt: skip
+    newer.execute("INSERT INTO cachepilot_state VALUES ('t', 'new', 0, 1)")
+    newer.commit()
+    newer.close()
+
+    def open_then_replace() -> sqlite3.Connection:
+        conn = store._open()  # opened on the old file...
+        for suffix in ("-wal", "-shm"):  # ...which is replaced at once, with its log
+            moved = Path(str(path) + suffix)
+            if moved.exists():
+                moved.rename(str(moved) + ".away")
+        os.replace(tmp_path / "newer.sqlite", path)
+        return conn
+
+    with connection(str(path), store.synchronous, open_then_replace) as conn:
+        assert conn.execute("SELECT state FROM cachepilot_state").fetchall() == [("old",)]
+    # The connection opened on the old file must not serve the file now at the path.
+    assert store._load("t") == "new"  # this thread, which holds that connection
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_opens_its_own_connection_and_the_parent_keeps_working(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStateStore(tmp_path / "state.sqlite")
+    store._save("t", "parent")  # this thread's connection, opened before the fork
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's connection is not used here
+        code = 1
+        try:
+            if store._load("t") == "parent":
+                for n in range(20):
+                    store._save(f"child{n}", "x")
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    for n in range(20):
+        store._save(f"parent{n}", "y")
+    assert store._load("child19") == "x"
+    check = sqlite3.connect(tmp_path / "state.sqlite")
+    try:
+        assert check.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert check.execute("SELECT count(*) FROM cachepilot_state").fetchone() == (41,)
+    finally:
+        check.close()

@@ -70,13 +70,17 @@ def connection(
     back and closes it (the next call opens another)."""
     kept = _kept()
     key = (path, synchronous)
+    current = file_id(path)
     held = kept.pop(key, None)
-    if held is not None and (held.pid != os.getpid() or held.file != file_id(path)):
+    if held is not None and (held.pid != os.getpid() or held.file != current):
         _drop(held)
         held = None
     if held is None:
         conn = open_connection()
-        held = _Held(conn, os.getpid(), file_id(path))
+        # The file seen before opening: one replaced meanwhile then differs at the next call
+        # (the connection is opened again), never the other way round. A file the opening
+        # made is only seen after it.
+        held = _Held(conn, os.getpid(), current if current is not None else file_id(path))
     kept[key] = held  # the most recently used last
     while len(kept) > MAX_FILES:
         _drop(kept.popitem(last=False)[1])
