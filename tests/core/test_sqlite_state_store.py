@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import sqlite3
 import threading
@@ -171,3 +172,20 @@ def test_a_forked_child_opens_its_own_connection_and_the_parent_keeps_working(
         assert check.execute("SELECT count(*) FROM cachepilot_state").fetchone() == (41,)
     finally:
         check.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd")
+def test_a_thread_that_ends_leaves_no_file_open(tmp_path: Path) -> None:
+    # asyncio.run's worker threads end with the loop: their connections must close with them,
+    # not when a garbage collection happens to find them (a connection is in a cycle).
+    store = SQLiteStateStore(tmp_path / "state.sqlite")
+    gc.disable()
+    try:
+        asyncio.run(store.save("t", "saved"))
+        worker = threading.Thread(target=store._save, args=("u", "saved"))
+        worker.start()
+        worker.join()
+        assert _open_files(tmp_path) == 0
+    finally:
+        gc.enable()
+    assert asyncio.run(store.load("u")) == "saved"

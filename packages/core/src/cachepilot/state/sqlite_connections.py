@@ -7,7 +7,9 @@ keeps it), and a connection per store and thread held two files open per store, 
 with a few hundred sessions ran out of file descriptors. A thread keeps at most `MAX_FILES`
 connections (the least recently used is closed first), and drops one when the file at its
 path is no longer the one it opened (moved away, replaced), in a forked child (the parent's
-connection is never used there), and after a failed statement (rolled back and closed).
+connection is never used there), and after a failed statement (rolled back and closed). A
+thread's connections are closed when the thread ends (the last one to close a file folds its
+log back in and removes it).
 """
 
 from __future__ import annotations
@@ -53,10 +55,23 @@ def _drop(held: _Held) -> None:
             held.conn.close()
 
 
-def _kept() -> OrderedDict[tuple[str, str], _Held]:
-    kept: OrderedDict[tuple[str, str], _Held] | None = getattr(_local, "kept", None)
+class _Kept(OrderedDict[tuple[str, str], _Held]):
+    """One thread's connections, the least recently used first; closed when the thread ends
+    (a connection is in a reference cycle of its own, so left alone it stays open, its files
+    with it, until a garbage collection finds it)."""
+
+    def __del__(self) -> None:
+        try:
+            for held in self.values():
+                _drop(held)
+        except Exception:  # at interpreter exit the module may be torn down
+            pass
+
+
+def _kept() -> _Kept:
+    kept: _Kept | None = getattr(_local, "kept", None)
     if kept is None:
-        kept = OrderedDict()
+        kept = _Kept()
         _local.kept = kept
     return kept
 
