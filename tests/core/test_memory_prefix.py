@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cachepilot.memory import SessionMemory
-from cachepilot.memory.prefix_memo import SessionMemories
+from cachepilot.memory.prefix_memo import SessionMemories, _Kept
 from cachepilot.messages import Message, ToolCall
 
 _COMMANDS = (
@@ -119,3 +119,20 @@ def test_a_kept_memory_holds_no_message_alive() -> None:
     fresh = _transcript([(1, 2, 4, False)] * 3)
     assert _dump(memories.of(fresh)) == _dump(SessionMemory.from_messages(fresh))
     assert memories.extended == 0
+
+
+def test_looking_up_a_kept_memory_never_compares_memories(monkeypatch: Any) -> None:
+    # Two entries for one transcript (two threads built it at once): finding the one used
+    # must go by identity under the lock, not by comparing whole memories.
+    messages = _transcript([(1, 2, 3, False)] * 4)
+    memories = SessionMemories()
+    first, second = memories.of(messages), SessionMemory.from_messages(messages)
+    refs = memories._kept[0].refs
+    memories._kept.append(_Kept(refs, second))
+
+    def refuse(self: SessionMemory, other: object) -> bool:
+        raise AssertionError("a kept memory was compared with another")
+
+    monkeypatch.setattr(SessionMemory, "__eq__", refuse)
+    assert memories.of(messages) is second  # the newest entry, found as it is
+    assert [id(e.memory) for e in memories._kept] == [id(first), id(second)]

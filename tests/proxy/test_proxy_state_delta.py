@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from test_proxy_replicas import session
 
 from cachepilot.proxy import ProxyConfig, ProxyEngine
+from cachepilot.proxy.memory import _Unanswered
 from cachepilot.proxy.state_delta import rebuild, reverse_delta
 from cachepilot.state.base import SQLiteStateStore
 
@@ -126,3 +127,24 @@ def test_a_preparation_save_is_not_twice_the_state(tmp_path: Path) -> None:
     assert len(sizes[True]) == len(sizes[False]) == 30
     assert sizes[True][-1] < 1.1 * sizes[False][-1], (sizes[True][-1], sizes[False][-1])
     assert sum(sizes[True]) < 1.4 * sum(sizes[False])
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({"a": 1, "b": 2}, {"b": 2, "a": 1}),  # equal mappings, keys in another order
+        ({"k": [[0, [0]], [0, [0.0]]]}, {"k": [[0, [0.0]]]}),  # 0 and 0.0 inside lists
+        ({"k": [1, {"x": True}]}, {"k": [1, {"x": 1}]}),  # True and 1 one level down
+        ({"cost": -0.0}, {"cost": 0.0}),  # equal floats, not equal text
+    ],
+)
+def test_a_mark_gives_back_the_earlier_document_even_where_the_delta_cannot(
+    before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    """Python's == takes these for unchanged parts, so the delta alone would give `after`'s
+    text back: the mark checks the rebuild byte for byte and then keeps the document whole."""
+    text = json.dumps(before, ensure_ascii=False)
+    stored = json.loads(json.dumps(_Unanswered("tok", "dig", text).to_json(after)))
+    kept = _Unanswered.from_json(stored, after)
+    assert kept is not None
+    assert kept.before == text

@@ -214,8 +214,8 @@ _MEMO_ARGUMENT_CHARS = 2_000
 
 def _call_label(call: ToolCall) -> str:
     # Memoised by the call's text (a fold labels every call of its range again), unless it is
-    # long (a file's content in a write): the memo holds its keys.
-    if len(call.arguments) > _MEMO_ARGUMENT_CHARS:
+    # long (a file's content in a write, a name the model made up): the memo holds its keys.
+    if len(call.arguments) + len(call.name) > _MEMO_ARGUMENT_CHARS:
         return _label(call.name, call.parsed_arguments())
     return _labelled(call.name, call.arguments)
 

@@ -28,7 +28,7 @@ from cachepilot.messages import Message, message_keys
 __all__ = ["SESSION_MEMORIES", "SessionMemories"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # found by identity: equality compared memories
 class _Kept:
     refs: tuple[weakref.ref[Message], ...]
     memory: SessionMemory

@@ -22,6 +22,8 @@ SCAN_TAIL = 6_000
 """Characters of an output's tail that are scanned for values."""
 _MAX_VALUES_PER_SOURCE = 400
 _MAX_VALUE_CHARS = 100
+_MEMO_CHARS = _MAX_VALUES_PER_SOURCE * _MAX_VALUE_CHARS
+"""Characters of values a memoised ranking may hold (one output's worth at most)."""
 _SECRET_MIN_CHARS = 16
 _DEDUPE_AGAINST = 24
 _DEFINED = 2.0
@@ -89,8 +91,13 @@ def _score(text: str) -> dict[str, float]:
 
 def ranked(values: dict[str, float]) -> list[str]:
     """The values best first, less those inside a better one; memoised (a fold ranks every
-    output of its range again, and most are ranked as they were at the last fold)."""
-    return list(_ranked(tuple(values), tuple(values.values())))
+    output of its range again, and most are ranked as they were at the last fold). Only the
+    values of about one output are memoised: a source many outputs fed (a command run again
+    and again) holds more, and the memo would keep them all alive."""
+    names, scores = tuple(values), tuple(values.values())
+    if len(names) > _MAX_VALUES_PER_SOURCE or sum(map(len, names)) > _MEMO_CHARS:
+        return list(_ranked.__wrapped__(names, scores))
+    return list(_ranked(names, scores))
 
 
 @lru_cache(maxsize=1_024)

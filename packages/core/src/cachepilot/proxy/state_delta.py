@@ -32,7 +32,13 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def reverse_delta(before: Any, after: Any) -> dict[str, Any] | None:
-    """How to rebuild `before` from `after` (None: they are the same)."""
+    """How to rebuild `before` from `after` (None: they are the same).
+
+    Parts equal by Python's == but not by JSON text (a 0 and a 0.0 inside a list, a mapping's
+    key order, -0.0) are taken as unchanged: telling them apart would walk every unchanged
+    part again at every save (0.06 -> 1 ms for a 46 KB state), for documents that rarely
+    differ so. A caller that needs the bytes checks the rebuild (the proxy's mark does, and
+    keeps the document whole when it differs)."""
     if _same(before, after):
         return None
     if isinstance(before, dict) and isinstance(after, dict):

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+from cachepilot.state.sqlite_connections import connection
 
 __all__ = [
     "RESERVED_PREFIX",
@@ -124,9 +124,11 @@ class MemoryStateStore:
 class SQLiteStateStore:
     """A `cachepilot_state` table in an SQLite file (WAL; safe across threads and processes).
 
-    Each thread of a process keeps one connection open (a request saves its thread twice; a
-    connection opened and closed per statement cost more than the statement) and opens it
-    again when the file at `path` is no longer the one it opened (moved away, replaced).
+    Each thread of a process keeps its connection to the file open (a request saves its thread
+    twice; a connection opened and closed per statement cost more than the statement), shared
+    with the other stores of the same file and bounded per thread
+    (`cachepilot.state.sqlite_connections`), and opens it again when the file at `path` is no
+    longer the one it opened (moved away, replaced).
 
     Args:
         path: the database file; an Agents SDK `SQLiteSession`'s own file is fine (the table
@@ -146,14 +148,6 @@ class SQLiteStateStore:
         self.path = Path(text)
         self.synchronous = synchronous
         self._lock = threading.Lock()
-        self._local = threading.local()
-
-    def _file_id(self) -> tuple[int, int] | None:
-        try:
-            found = os.stat(self.path)
-        except OSError:
-            return None
-        return found.st_dev, found.st_ino
 
     def _open(self) -> sqlite3.Connection:
         # The table is made on every connection opened (rarely: one per thread, again only
@@ -180,31 +174,8 @@ class SQLiteStateStore:
             raise
         return conn
 
-    @contextlib.contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
-        """This thread's connection to the file now at `path` (opened again when the file was
-        replaced, or after a failed statement)."""
-        held = getattr(self._local, "held", None)
-        current = self._file_id()
-        if held is not None and (held[1] != os.getpid() or held[2] != current):
-            self._local.held = None
-            if held[1] == os.getpid():
-                with contextlib.suppress(sqlite3.Error):
-                    held[0].close()
-            held = None
-        if held is None:
-            conn = self._open()
-            held = (conn, os.getpid(), self._file_id())
-            self._local.held = held
-        conn = held[0]
-        try:
-            yield conn
-        except BaseException:
-            self._local.held = None
-            with contextlib.suppress(sqlite3.Error):
-                conn.rollback()
-                conn.close()
-            raise
+    def _connection(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return connection(str(self.path), self.synchronous, self._open)
 
     def _load(self, thread: str) -> str | None:
         with self._connection() as conn:
