@@ -1,4 +1,4 @@
-"""Pointer stubs ("same output as call X above") stay true after a fold takes call X."""
+"""Pointer stubs ("same output as call X") stay true after a fold takes call X."""
 
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ def test_pointed_call_reads_every_pointer_stub_and_nothing_else() -> None:
     assert pointed_call(duplicate_stub("x" * 90, None)) == "x" * 39 + "…"
     assert pointed_call(reduced_stub(9_000, 400, "0123456789ab")) is None
     assert pointed_call("some output\n[same output as call c1 above; full text elided]") is None
+    # The wording stubs had before: still read.
+    assert pointed_call("[same output as call c1 above; full text elided]") == "c1"
+    assert pointed_call("[same output as call c1; full text elided]") == "c1"
     assert pointed_call("") is None
 
 

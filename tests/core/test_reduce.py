@@ -424,7 +424,7 @@ def test_duplicate_output_pointer() -> None:
     second = run(body, tool="bash", args={"command": "ls src/*"}, call_id="call_b", memory=memory)
     assert (
         second.text
-        == f'[same output as call call_a above; full text: recall(ref="{make_ref(body)}")]'
+        == f'[same output as call call_a; full text: recall(ref="{make_ref(body)}")]'
     )
     assert second.lossy and second.ref == make_ref(body)
     again = run(body, args={"command": "find src"}, call_id="call_a", memory=memory)

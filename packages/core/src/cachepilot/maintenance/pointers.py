@@ -2,9 +2,10 @@
 
 The ingestion gate replaces an output identical to an earlier one of the thread, an unchanged
 re-read of a file, or the n-th identical call of a loop by a pointer stub: "same output as
-call X above" (`reduce.stubs.pointed_call` reads them). That is true while call X is in view.
-A fold that takes call X and keeps the pointer after it leaves a model that reads "above"
-and finds nothing there (DESIGN §2.7): the content is what the model works with, removed with
+call X" (`reduce.stubs.pointed_call` reads them; stubs written before also said "above"). The
+model finds the content at call X while call X is in view. A fold that takes call X and keeps
+the pointer after it leaves a model that looks for call X and finds only a summary
+(DESIGN §2.7): the content is what the model works with, removed with
 only a recall as the way back, which is a pruning stub the cost model never priced (pruning is
 off by default: the recall round trips it causes cost more than it saves).
 

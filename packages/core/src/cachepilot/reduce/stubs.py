@@ -119,7 +119,7 @@ def omitted_stretch_marker(
 
 
 _POINTED_RE = re.compile(
-    r"\[(?:same output as call (?P<dup>[^\s;\]]{1,40}) above; "
+    r"\[(?:same output as call (?P<dup>[^\s;\]]{1,40})(?: above)?; "
     r"|file unchanged since call (?P<read>[^\s;:\]]{1,40}): "
     r"|identical call #\d{1,9} in a row, same output as call (?P<loop>[^\s;\]]{1,40}); )"
 )
@@ -136,8 +136,10 @@ def pointed_call(text: str) -> str | None:
 
 
 def duplicate_stub(call_id: str, ref: str | None) -> str:
-    """Pointer to an earlier result with the same content."""
-    return f"[same output as call {clean_label(call_id)} above; {pointer(ref)}]"
+    """Pointer to an earlier result with the same content. It says where the content is, not
+    that it is in view: the earlier result may already be folded when the pointer is written
+    (stubs written before said "above", which `pointed_call` still reads)."""
+    return f"[same output as call {clean_label(call_id)}; {pointer(ref)}]"
 
 
 def unchanged_read_stub(call_id: str, ref: str | None) -> str:
