@@ -422,10 +422,7 @@ def test_duplicate_output_pointer() -> None:
     first = run(body, args={"command": "find src"}, call_id="call_a", memory=memory)
     assert not first.lossy
     second = run(body, tool="bash", args={"command": "ls src/*"}, call_id="call_b", memory=memory)
-    assert (
-        second.text
-        == f'[same output as call call_a; full text: recall(ref="{make_ref(body)}")]'
-    )
+    assert second.text == f'[same output as call call_a; full text: recall(ref="{make_ref(body)}")]'
     assert second.lossy and second.ref == make_ref(body)
     again = run(body, args={"command": "find src"}, call_id="call_a", memory=memory)
     assert again.text == body  # the same call ingested twice does not point at itself
