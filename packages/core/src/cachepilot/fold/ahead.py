@@ -34,6 +34,7 @@ from typing import Any, Generic, TypeVar
 
 from cachepilot.artifacts.base import encode_payload
 from cachepilot.messages import Message, ToolCall
+from cachepilot.support.identity_memo import still_held
 
 __all__ = [
     "AHEAD_SUFFIX",
@@ -100,13 +101,8 @@ class _Entry(Generic[T]):
             return False
         if any(len(r) != len(m) for r, m in zip(self.refs, messages, strict=True)):
             return False
-        for refs, sequence in zip(self.refs, messages, strict=True):
-            for ref, message in zip(refs, sequence, strict=True):
-                kept = ref()
-                # Messages are immutable: the same object is the same message.
-                if kept is None or (kept is not message and kept != message):
-                    return False
-        return True
+        # Messages are immutable: an equal message is the same message.
+        return all(still_held(r, m) for r, m in zip(self.refs, messages, strict=True))
 
 
 class ExactMemo(Generic[T]):

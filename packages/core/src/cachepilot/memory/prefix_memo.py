@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from cachepilot.memory.store import SessionMemory
 from cachepilot.messages import Message, message_keys
+from cachepilot.support.identity_memo import still_held
 
 __all__ = ["SESSION_MEMORIES", "SessionMemories"]
 
@@ -35,14 +36,7 @@ class _Kept:
     """Never changed once kept (extensions work on a copy)."""
 
     def prefix_of(self, messages: Sequence[Message]) -> bool:
-        if len(self.refs) > len(messages):
-            return False
-        for ref, message in zip(self.refs, messages, strict=False):
-            kept = ref()
-            # Messages are immutable: the same object is the same message.
-            if kept is None or (kept is not message and kept != message):
-                return False
-        return True
+        return len(self.refs) <= len(messages) and still_held(self.refs, messages)
 
 
 class SessionMemories:

@@ -13,13 +13,24 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["IdentityMemo"]
+__all__ = ["IdentityMemo", "still_held"]
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+def still_held(refs: Sequence[weakref.ref[K]], items: Sequence[K]) -> bool:
+    """True when each object `refs` hold (pairwise, as far as the shorter goes) is still alive
+    and is the item beside it, or equal to it (for immutable objects, such as messages, an
+    equal object is the same value)."""
+    for ref, item in zip(refs, items, strict=False):
+        kept = ref()
+        if kept is None or (kept is not item and kept != item):
+            return False
+    return True
 
 
 class _Ref(weakref.ref):  # type: ignore[type-arg]
