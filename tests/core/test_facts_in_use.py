@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 
 from hypothesis import given, settings
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.fold import FoldRequest, ResumeBlockSummarizer, plan_fold
-from cachepilot.fold.facts_in_use import FACTS_HEADER, facts_in_use
+from cachepilot.fold.facts_in_use import FACTS_HEADER, _candidates, facts_in_use
 from cachepilot.memory.facts import view_text
 from cachepilot.messages import Message, ToolCall
 from cachepilot.plan.epochs import Epoch, Plan, apply_plan
@@ -201,3 +202,18 @@ def test_a_fold_keeps_an_identifier_of_a_folded_read_in_view() -> None:
     folded_reads = [m for m in view if m.role == "tool" and m.tool_call_id == "r1"]
     assert not folded_reads  # the registry read is inside the fold…
     assert "Spotter.SessionRegistry" in view_text(None, view)  # …its identifier is not lost
+
+
+def test_the_range_stage_keeps_nothing_the_garbage_collector_walks() -> None:
+    """The stage memo keeps thousands of candidates per fold range; a full collection walks
+    every tracked object (stalling every request in flight), so they hold atomic items only."""
+    messages = _session()
+    for n in range(20):
+        messages += _read(f"x{n}", f"lib/spotter/m{n}.ex", _module(f"Mod{n}", ["a_fn", "b_fn"]))
+    newest_first, in_order, ordered = _candidates(messages)
+    gc.collect()
+    assert len(ordered) > 100
+    assert not any(gc.is_tracked(c) for c in ordered)
+    # The index names the source whose values it ranks.
+    assert all(value in in_order[newest_first[index].label] for _, _, value, index in ordered)
+    assert facts_in_use(messages, 400, COUNTER) == facts_in_use(list(messages), 400, COUNTER)

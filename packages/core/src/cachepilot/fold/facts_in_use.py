@@ -99,7 +99,8 @@ def facts_in_use(
     order: list[tuple[int, str]] = []  # pick order: the last picked goes first when trimming
     used = counter.count(FACTS_HEADER)
     misses = 0
-    for _, _, value, source in candidates:
+    for _, _, value, index in candidates:
+        source = newest_first[index]
         picked = chosen[id(source)]
         cost = counter.count(value) + 1
         if not picked:
@@ -137,7 +138,10 @@ def _render(
     return "\n".join([FACTS_HEADER, *lines]) if lines else ""
 
 
-_Candidate = tuple[float, int, str, _Source]
+_Candidate = tuple[float, int, str, int]
+"""(score, -order, value, index of its source in the newest-first list): atomic items only, so
+the garbage collector stops tracking the tuples (the stage memo keeps many thousands of them,
+and every full collection would walk them, on the request path too)."""
 
 
 def _candidates(
@@ -158,9 +162,9 @@ def _candidates(
                 -s.values[v] * 0.5 ** ((end - s.seen.get(v, s.order)) / _HALF_LIFE),
                 -s.order,
                 v,
-                s,
+                index,
             )
-            for s in newest_first
+            for index, s in enumerate(newest_first)
             for v in in_order[s.label]
         ),
         key=lambda c: c[:3],

@@ -17,6 +17,7 @@ removed), and they count `/metrics` together (`cachepilot.proxy.shared_metrics`)
 from __future__ import annotations
 
 import contextlib
+import gc
 import hmac
 import logging
 import os
@@ -130,6 +131,16 @@ def create_app(engine: ProxyEngine) -> Starlette:
     return Starlette(routes=routes, lifespan=lifespan)
 
 
+def _settle_heap() -> None:
+    """Move what the server process holds at start (modules, classes, the engine) out of the
+    garbage collector's reach: a full collection walks every tracked object, and one that
+    walks the startup heap too stalls every request in flight (tens of milliseconds at
+    300 KB sessions, docs/operations.md). Only the server's own process calls it: a library
+    host's collector is its own business."""
+    gc.collect()
+    gc.freeze()
+
+
 def create_app_from_env() -> Starlette:
     """The app of one worker process of `serve(config, workers=N)` (a uvicorn factory): it
     logs as the `cachepilot` command does and counts `/metrics` with the other workers."""
@@ -144,7 +155,9 @@ def create_app_from_env() -> Starlette:
     if shared:
         counters = SharedCounters(shared)
         metrics = ProxyMetrics(per_thread=config.metrics_per_thread, shared=counters)
-    return create_app(ProxyEngine(config, metrics=metrics))
+    app = create_app(ProxyEngine(config, metrics=metrics))
+    _settle_heap()
+    return app
 
 
 def serve(config: ProxyConfig, engine: ProxyEngine | None = None, workers: int = 1) -> None:
@@ -171,7 +184,9 @@ def serve(config: ProxyConfig, engine: ProxyEngine | None = None, workers: int =
         "http": HeaderTimeoutProtocol,
     }
     if workers == 1:
-        uvicorn.run(create_app(engine or ProxyEngine(config)), **options)
+        app = create_app(engine or ProxyEngine(config))
+        _settle_heap()
+        uvicorn.run(app, **options)
         return
     if engine is not None:
         raise ValueError("an engine object cannot be shared by several worker processes")
