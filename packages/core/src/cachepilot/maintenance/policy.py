@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -511,9 +511,13 @@ class FoldEstimate:
     remiss_tokens: int
     """Tokens from the range's start on, billed again at the miss price once."""
     rate: Rates
+    prepaid_tokens: int = 0
+    """Of `remiss_tokens`, what a later fold would re-miss anyway (its summary smaller by
+    what this fold condenses, see `task_fold_estimate`): not counted against this fold."""
 
     def decision(self, call: int, reason: str, context_tokens: int, candidates: int) -> Decision:
         """The scheduler record of applying this fold."""
+        remiss = max(0, self.remiss_tokens - self.prepaid_tokens)
         return Decision(
             call=call,
             apply=True,
@@ -523,7 +527,7 @@ class FoldEstimate:
             remiss_tokens=self.remiss_tokens,
             expected_calls=self.rate.expected_calls,
             saving_usd=round(self.removed_tokens * self.rate.saving_per_token, 6),
-            cost_usd=round(self.remiss_tokens * self.rate.remiss_per_token, 6),
+            cost_usd=round(remiss * self.rate.remiss_per_token, 6),
             context_tokens=context_tokens,
         )
 
@@ -536,6 +540,7 @@ def _estimate(
     rate: Rates,
     *,
     scaled: bool = True,
+    prepaid: int = 0,
 ) -> FoldEstimate:
     folded = sum(sizes[start:cut])
     share = config.fold_summary_share if scaled else 0.0
@@ -543,9 +548,10 @@ def _estimate(
         folded, config.fold_summary_tokens, share, config.fold_summary_max_tokens
     )
     remiss = sum(sizes[start:]) - removed
-    cost = remiss * rate.remiss_per_token * (1.0 + config.fold_margin)
+    prepaid = max(0, min(prepaid, remiss))
+    cost = (remiss - prepaid) * rate.remiss_per_token * (1.0 + config.fold_margin)
     pays = removed > 0 and removed * rate.saving_per_token > cost
-    return FoldEstimate(pays, removed, remiss, rate)
+    return FoldEstimate(pays, removed, remiss, rate, prepaid)
 
 
 def fold_estimate(
@@ -622,19 +628,47 @@ def task_fold_estimate(
     config: MaintenanceConfig,
     price: Price,
     expected_calls: int,
+    next_fold: int | None = None,
 ) -> FoldEstimate:
     """The cost model on folding view messages `[start, cut)` (finished tasks) into one
     summary, over `expected_calls` remaining calls (`sizes`: tokens per view message).
     Finished work is not in use: its summary keeps the least size, `fold_summary_tokens`.
 
+    `next_fold`: the tokens of the range a cost-model fold expected within `expected_calls`
+    would take (these messages among them; `maintenance.next_fold`). That fold re-misses its
+    summary; after this fold its range holds this summary instead of these messages, so its
+    summary is smaller by the difference of the two budgets: that part of this fold's
+    re-miss is paid once either way (`FoldEstimate.prepaid_tokens`). The caller bounds
+    `expected_calls` by the calls until that fold.
+
     It pays by the same rule as a cost-model fold: the saving exceeds the re-miss and the
     fold removes at least `fold_min_tokens` (`cachepilot bench --audit` found smaller
     finished-task folds costing more than they saved on held-out populations)."""
+    prepaid = 0
+    if next_fold is not None:
+        folded = sum(sizes[start:cut])
+        after = max(0, next_fold - folded) + config.fold_summary_tokens
+
+        def budget(tokens: int) -> int:
+            return summary_budget(
+                tokens,
+                config.fold_summary_tokens,
+                config.fold_summary_share,
+                config.fold_summary_max_tokens,
+            )
+
+        prepaid = max(0, budget(max(next_fold, folded)) - budget(after))
     estimate = _estimate(
-        sizes, start, cut, config, rates(config, price, 0, expected_calls), scaled=False
+        sizes,
+        start,
+        cut,
+        config,
+        rates(config, price, 0, expected_calls),
+        scaled=False,
+        prepaid=prepaid,
     )
     if estimate.pays and estimate.removed_tokens < config.fold_min_tokens:
-        return FoldEstimate(False, estimate.removed_tokens, estimate.remiss_tokens, estimate.rate)
+        return replace(estimate, pays=False)
     return estimate
 
 

@@ -21,6 +21,7 @@ from cachepilot.fold import (
 from cachepilot.fold.cut import straddled
 from cachepilot.fold.keep import fold_begin, fold_stretches
 from cachepilot.lifecycle import LifecycleRegistry, SegmentState
+from cachepilot.maintenance.next_fold import NextFold, calls_until_cost_fold
 from cachepilot.maintenance.pointers import restore_pointers
 from cachepilot.maintenance.policy import (
     Candidate,
@@ -466,7 +467,8 @@ class Maintenance(PilotBase):
         evictable (the current one at the latest) and starts after the one before it (a
         tool-less exchange is never evictable: it stays in view), and after the conversation
         `keeps` holds in view. The current task is expected to run as long as the finished
-        ones did on average.
+        ones did on average, and no longer than until the cost model would fold the same
+        messages on its own.
         """
         registry = state.lifecycle
         tasks = registry.tasks()
@@ -493,13 +495,20 @@ class Maintenance(PilotBase):
                 return None
         start_key = None if start == keeps_start(rendered) else rendered.spans[start][0]
         cfg = self.config.maintenance
+        expected = _expected_task_calls(registry, cfg.horizon)
+        # A cost-model fold due sooner takes the same messages: this fold gains only the
+        # calls until then (`maintenance.next_fold`).
+        nxt = _next_cost_fold(
+            state, rendered, sizes, keeps, cfg=cfg, price=price, start=start, limit=expected
+        )
         estimate = task_fold_estimate(
             sizes,
             start,
             cut,
             config=cfg,
             price=price,
-            expected_calls=_expected_task_calls(registry, cfg.horizon),
+            expected_calls=expected if nxt is None else min(expected, nxt.calls),
+            next_fold=None if nxt is None else nxt.folded_tokens,
         )
         pays = estimate.pays or (cold and estimate.removed_tokens > 0)
         return (keep_from, start_key, estimate, cut - start) if pays else None
@@ -776,6 +785,46 @@ def _until_fold(
     folds = [d.call for d in state.decisions if d.apply and d.reason in _FOLD_REASONS]
     # The record keeps the last `_MAX_DECISIONS`: below that it reaches back to call 0.
     return calls_until_fold(folds, complete=len(state.decisions) < _MAX_DECISIONS)
+
+
+def _next_cost_fold(
+    state: PilotState,
+    rendered: PlanView,
+    sizes: Sequence[int],
+    keeps: _FoldKeeps | None,
+    *,
+    cfg: MaintenanceConfig,
+    price: Price,
+    start: int,
+    limit: int,
+) -> NextFold | None:
+    """The cost-model fold expected to take the view messages from `start` on by itself
+    (see `maintenance.next_fold`), or None: folds by cost off, no range to fold, a range
+    beginning after `start` (kept conversation between: it would not take them), or no such
+    fold within `limit` calls."""
+    if keeps is None or not cfg.fold_by_cost:
+        return None
+    stretch = keeps.stretch(trigger=False)
+    if stretch is None or stretch[0] > start:
+        return None
+    begin, end = stretch
+    # The thread's growth a call: the view after the latest fold's summary over the calls
+    # since that fold (before any fold: after the task statement, over every call).
+    last_summary = max((i for i, f in enumerate(rendered.folds) if f is not None), default=None)
+    folds = [d.call for d in state.decisions if d.apply and d.reason in _FOLD_REASONS]
+    if last_summary is not None and folds:
+        tokens, calls = sum(sizes[last_summary + 1 :]), state.calls - folds[-1]
+    else:
+        tokens, calls = sum(sizes[keeps.start :]), state.calls
+    return calls_until_cost_fold(
+        sum(sizes[begin:end]),
+        sum(sizes[end:]),
+        growth=tokens / max(1, calls),
+        call=state.calls,
+        config=cfg,
+        price=price,
+        limit=limit,
+    )
 
 
 def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:
