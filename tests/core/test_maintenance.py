@@ -9,10 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.maintenance.next_fold import calls_until_fold
 from cachepilot.maintenance.policy import (
     Candidate,
     MaintenanceConfig,
-    calls_until_fold,
     decide,
     prune_candidates,
 )
@@ -578,6 +578,7 @@ def test_the_next_cost_model_fold_is_predicted_by_its_own_rule() -> None:
 
 
 def test_a_finished_task_fold_counts_the_re_miss_the_next_fold_would_pay_anyway() -> None:
+    from cachepilot.maintenance.next_fold import prepaid_remiss
     from cachepilot.maintenance.policy import task_fold_estimate
 
     sizes = [100, 5_000, 5_000, 200, 3_000]  # task statement, finished task, current task
@@ -590,8 +591,10 @@ def test_a_finished_task_fold_counts_the_re_miss_the_next_fold_would_pay_anyway(
     # The cost-model fold due in two calls would take 12,000 tokens into a 2,400-token
     # summary; after this fold its range is this summary and 2,000 tokens (a 500-token
     # summary): 1,900 tokens of its re-miss are paid once either way.
+    prepaid = prepaid_remiss(10_000, 12_000, cfg)
+    assert prepaid == 2_400 - 500
     before = task_fold_estimate(
-        sizes, 1, 3, config=cfg, price=PRICE, expected_calls=2, next_fold=12_000
+        sizes, 1, 3, config=cfg, price=PRICE, expected_calls=2, prepaid=prepaid
     )
     assert (before.remiss_tokens, before.prepaid_tokens) == (3_700, 1_900)
     assert before.pays

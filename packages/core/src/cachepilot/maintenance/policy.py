@@ -47,7 +47,6 @@ __all__ = [
     "Rates",
     "argument_plan",
     "build_edits",
-    "calls_until_fold",
     "decide",
     "fold_estimate",
     "fold_pays",
@@ -605,21 +604,6 @@ def fold_pays(
     return estimate is not None and estimate.pays
 
 
-def calls_until_fold(fold_calls: Sequence[int], *, complete: bool) -> int | None:
-    """Calls until the next fold, judged from the calls at which the thread's folds were taken
-    (in order): the mean gap between them (from call 0 when `complete`, the list reaching
-    back to the thread's start); None before two folds (one when `complete`) were seen.
-
-    A stub or an argument reduction of a message a fold will take saves its whole size only
-    until that fold: after it the summary stands for the message, and the edit saves only what
-    the summary would have spent on it (`cachepilot bench --audit`: argument reductions taken
-    between frequent folds lost money)."""
-    calls = [0, *fold_calls] if complete else list(fold_calls)
-    if len(calls) < 2:
-        return None
-    return max(1, round((calls[-1] - calls[0]) / (len(calls) - 1)))
-
-
 def task_fold_estimate(
     sizes: Sequence[int],
     start: int,
@@ -628,36 +612,17 @@ def task_fold_estimate(
     config: MaintenanceConfig,
     price: Price,
     expected_calls: int,
-    next_fold: int | None = None,
+    prepaid: int = 0,
 ) -> FoldEstimate:
     """The cost model on folding view messages `[start, cut)` (finished tasks) into one
     summary, over `expected_calls` remaining calls (`sizes`: tokens per view message).
     Finished work is not in use: its summary keeps the least size, `fold_summary_tokens`.
-
-    `next_fold`: the tokens of the range a cost-model fold expected within `expected_calls`
-    would take (these messages among them; `maintenance.next_fold`). That fold re-misses its
-    summary; after this fold its range holds this summary instead of these messages, so its
-    summary is smaller by the difference of the two budgets: that part of this fold's
-    re-miss is paid once either way (`FoldEstimate.prepaid_tokens`). The caller bounds
-    `expected_calls` by the calls until that fold.
+    `prepaid`: tokens of its re-miss a later fold would re-miss anyway
+    (`next_fold.prepaid_remiss`), not counted against it.
 
     It pays by the same rule as a cost-model fold: the saving exceeds the re-miss and the
     fold removes at least `fold_min_tokens` (`cachepilot bench --audit` found smaller
     finished-task folds costing more than they saved on held-out populations)."""
-    prepaid = 0
-    if next_fold is not None:
-        folded = sum(sizes[start:cut])
-        after = max(0, next_fold - folded) + config.fold_summary_tokens
-
-        def budget(tokens: int) -> int:
-            return summary_budget(
-                tokens,
-                config.fold_summary_tokens,
-                config.fold_summary_share,
-                config.fold_summary_max_tokens,
-            )
-
-        prepaid = max(0, budget(max(next_fold, folded)) - budget(after))
     estimate = _estimate(
         sizes,
         start,
@@ -692,7 +657,7 @@ def decide(
 
     `sizes`: `counter.count_message` of each of `messages`, when the caller keeps them.
     `until_fold`: calls until a fold is expected to take every candidate anyway (see
-    `calls_until_fold`); an edit saves its whole size until then, and after it only the
+    `next_fold.calls_until_fold`); an edit saves its whole size until then, and after it only the
     `fold_summary_share` of it the fold summary would have kept.
 
     Returns:
