@@ -498,22 +498,29 @@ class Maintenance(PilotBase):
         start_key = None if start == keeps_start(rendered) else rendered.spans[start][0]
         cfg = self.config.maintenance
         expected = _expected_task_calls(registry, cfg.horizon)
-        # A cost-model fold due sooner takes the same messages: this fold gains only the
-        # calls until then (`maintenance.next_fold`).
-        nxt = _next_cost_fold(
-            state, rendered, sizes, keeps, cfg=cfg, price=price, start=start, limit=expected
-        )
         estimate = task_fold_estimate(
-            sizes,
-            start,
-            cut,
-            config=cfg,
-            price=price,
-            expected_calls=expected if nxt is None else min(expected, nxt.calls),
-            prepaid=0
-            if nxt is None
-            else prepaid_remiss(sum(sizes[start:cut]), nxt.folded_tokens, cfg),
+            sizes, start, cut, config=cfg, price=price, expected_calls=expected
         )
+        # A cost-model fold due sooner takes the same messages: this fold gains only the
+        # calls until then, less the re-miss that fold pays anyway (`maintenance.next_fold`).
+        # It never makes a fold that does not pay over the task's horizon pay.
+        nxt = (
+            _next_cost_fold(
+                state, rendered, sizes, keeps, cfg=cfg, price=price, start=start, limit=expected - 1
+            )
+            if estimate.pays and not cold
+            else None
+        )
+        if nxt is not None:
+            estimate = task_fold_estimate(
+                sizes,
+                start,
+                cut,
+                config=cfg,
+                price=price,
+                expected_calls=nxt.calls,
+                prepaid=prepaid_remiss(sum(sizes[start:cut]), nxt.folded_tokens, cfg),
+            )
         pays = estimate.pays or (cold and estimate.removed_tokens > 0)
         return (keep_from, start_key, estimate, cut - start) if pays else None
 
