@@ -152,7 +152,9 @@ class MaintenanceConfig(BaseModel):
     and none of their work is referenced any more) as soon as the cost model says it pays, by
     the rule of cost-model folds (at least `fold_min_tokens` removed): the current task is
     the protected tail (on a cold cache whenever the fold removes tokens: the rewrite is free
-    then)."""
+    then). When a cost-model fold that would take the same messages is expected before the
+    current task's expected end, the fold must also pay over the calls until then
+    (`maintenance.next_fold`)."""
     fold_conversation: bool = False
     """Let the finished-task and cost-model folds fold conversation too: tool-less exchanges
     (plain chat turns, files, repo maps and few-shot examples sent as messages) inside their
