@@ -506,7 +506,15 @@ class Maintenance(PilotBase):
         # It never makes a fold that does not pay over the task's horizon pay.
         nxt = (
             _next_cost_fold(
-                state, rendered, sizes, keeps, cfg=cfg, price=price, start=start, limit=expected - 1
+                state,
+                rendered,
+                sizes,
+                keeps,
+                cfg=cfg,
+                price=price,
+                start=start,
+                cut=cut,
+                limit=expected - 1,
             )
             if estimate.pays and not cold
             else None
@@ -704,16 +712,17 @@ def _next_cost_fold(
     cfg: MaintenanceConfig,
     price: Price,
     start: int,
+    cut: int,
     limit: int,
 ) -> NextFold | None:
-    """The cost-model fold expected to take the view messages from `start` on by itself
-    (see `maintenance.next_fold`), or None: folds by cost off, no range to fold, a range
-    beginning after `start` (kept conversation between: it would not take them), or no such
+    """The cost-model fold expected to take the view messages `[start, cut)` by itself (see
+    `maintenance.next_fold`), or None: folds by cost off, no range to fold, a range that
+    does not hold them all (kept conversation between: it would not take them), or no such
     fold within `limit` calls."""
     if keeps is None or not cfg.fold_by_cost:
         return None
     stretch = keeps.stretch(trigger=False)
-    if stretch is None or stretch[0] > start:
+    if stretch is None or stretch[0] > start or stretch[1] < cut:
         return None
     begin, end = stretch
     # The thread's growth a call: the view after the latest fold's summary over the calls
