@@ -9,10 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cachepilot.artifacts import InMemoryArtifactStore
+from cachepilot.maintenance.next_fold import calls_until_fold
 from cachepilot.maintenance.policy import (
     Candidate,
     MaintenanceConfig,
-    calls_until_fold,
     decide,
     prune_candidates,
 )
@@ -548,3 +548,122 @@ def test_an_argument_reduction_after_regular_folds_is_priced_by_their_pace() -> 
         no_cost_folds.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
     plain = [d for d in no_cost_folds.state("t").decisions if d.reason == "cost-model"]
     assert plain and all(d.expected_calls == round(d.call * 0.5) for d in plain)
+
+
+def test_the_next_cost_model_fold_is_predicted_by_its_own_rule() -> None:
+    from cachepilot.maintenance.next_fold import NextFold, calls_until_cost_fold
+
+    cfg = MaintenanceConfig()  # least fold 6,000; summary 0.4 of the range, at least 800
+    # 10,000 tokens fold into a 4,000-token summary: 6,000 removed, re-miss 4,000 + 2,100
+    # tail. At call 20 (10 calls expected) 6,000 × 0.1e-6 × 10 > 6,100 × 0.9e-6: now.
+    now = calls_until_cost_fold(10_000, 2_100, growth=0, call=20, config=cfg, price=PRICE, limit=50)
+    assert now == NextFold(0, 10_000)
+    # At call 10 (5 calls expected) it waits for a horizon of 10 calls (9 do not pay):
+    # call 19, half of which rounds to 10.
+    later = calls_until_cost_fold(
+        10_000, 2_100, growth=0, call=10, config=cfg, price=PRICE, limit=50
+    )
+    assert later == NextFold(9, 10_000)
+    # 8,000 tokens remove 4,800, under the least fold: two calls of 1,000 tokens more.
+    grown = calls_until_cost_fold(
+        8_000, 2_000, growth=1_000, call=100, config=cfg, price=PRICE, limit=50
+    )
+    assert grown == NextFold(2, 10_000)
+    assert (
+        calls_until_cost_fold(
+            8_000, 2_000, growth=1_000, call=100, config=cfg, price=PRICE, limit=1
+        )
+        is None
+    )
+
+
+def test_a_finished_task_fold_counts_the_re_miss_the_next_fold_would_pay_anyway() -> None:
+    from cachepilot.maintenance.next_fold import prepaid_remiss
+    from cachepilot.maintenance.policy import task_fold_estimate
+
+    sizes = [100, 5_000, 5_000, 200, 3_000]  # task statement, finished task, current task
+    cfg = MaintenanceConfig(fold_summary_tokens=500, fold_summary_share=0.2)
+    # removed 9,500; re-miss 500 + 3,200 = 3,700 tokens: 0.00333 $ against a saving of
+    # 9,500 × 0.1e-6 × 2 = 0.0019 $ over two calls.
+    alone = task_fold_estimate(sizes, 1, 3, config=cfg, price=PRICE, expected_calls=2)
+    assert (alone.removed_tokens, alone.remiss_tokens, alone.prepaid_tokens) == (9_500, 3_700, 0)
+    assert not alone.pays
+    # The cost-model fold due in two calls would take 12,000 tokens into a 2,400-token
+    # summary; after this fold its range is this summary and 2,000 tokens (a 500-token
+    # summary): 1,900 tokens of its re-miss are paid once either way.
+    prepaid = prepaid_remiss(10_000, 12_000, cfg)
+    assert prepaid == 2_400 - 500
+    before = task_fold_estimate(
+        sizes, 1, 3, config=cfg, price=PRICE, expected_calls=2, prepaid=prepaid
+    )
+    assert (before.remiss_tokens, before.prepaid_tokens) == (3_700, 1_900)
+    assert before.pays
+    record = before.decision(9, "finished-task-fold", 14_000, 2)
+    assert (record.saving_usd, record.cost_usd, record.remiss_tokens) == (0.0019, 0.00162, 3_700)
+
+
+def _simulated(snapshots: list[list[Message]]) -> tuple[float, list[str]]:
+    """Input cost of a session through the default pilot and the cache simulator, and the
+    reasons of the folds it took."""
+    from cachepilot.pricing import cost
+    from cachepilot.sim import CacheSimulator, Request, get_profile
+
+    pilot = CachePilot(Config(), store=InMemoryArtifactStore())
+    profile = get_profile("openai-gpt-5.4-mini")
+    sim = CacheSimulator(profile, hidden_prefix_tokens=0)
+    total = 0.0
+    for t, snapshot in enumerate(snapshots):
+        system, view, tools = pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+        usage = sim.submit(Request(system=system, messages=view, tools=tools))
+        total += cost(usage, profile.price).input_usd
+    return total, [d.reason for d in pilot.state("t").decisions if d.apply]
+
+
+@pytest.mark.parametrize(
+    "tasks",
+    [
+        # (steps, output tokens) per task: each later task starts with a new user turn.
+        ((14, 1_200), (12, 2_500)),
+        ((14, 1_200), (6, 3_000)),
+        ((24, 2_000), (6, 3_000)),
+        ((24, 600), (12, 3_000), (15, 3_000)),
+        ((40, 1_200), (6, 1_800), (15, 1_800)),
+        ((14, 2_000), (30, 1_800), (15, 1_800)),
+    ],
+)
+def test_no_finished_task_fold_just_before_the_cost_model_folds_the_same_messages(
+    tasks: tuple[tuple[int, int], ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Later tasks with large outputs bring the cost-model fold (which takes the finished
+    # tasks too) a few calls after a finished task becomes evictable.
+    steps = [
+        (1, [size, 0, 0], n == 0 and k > 0)
+        for k, (count, size) in enumerate(tasks)
+        for n in range(count)
+    ]
+    snapshots = _build(steps)
+    cost, reasons = _simulated(snapshots)
+    # Priced over the current task's expected length alone, a finished-task fold comes just
+    # before the cost-model fold that would take its messages: two re-misses where one did.
+    from cachepilot.pilot import maintain
+
+    monkeypatch.setattr(maintain, "_next_cost_fold", lambda *args, **kwargs: None)
+    horizon_cost, horizon_reasons = _simulated(snapshots)
+    task_folds = reasons.count("finished-task-fold")
+    assert task_folds < horizon_reasons.count("finished-task-fold")
+    assert cost < horizon_cost
+
+
+def test_a_finished_task_fold_well_before_the_next_cost_model_fold_stays() -> None:
+    # The second task's small outputs leave the cost-model fold far off.
+    _, reasons = _simulated(_two_task_session_sized(14, 1_200, 10, 300))
+    assert reasons == ["finished-task-fold"]
+
+
+def _two_task_session_sized(
+    first: int, first_size: int, second: int, second_size: int
+) -> list[list[Message]]:
+    """Two tasks of `first` and `second` steps, each step one output of the given size."""
+    steps = [(1, [first_size, 0, 0], False) for _ in range(first)]
+    steps += [(1, [second_size, 0, 0], n == 0) for n in range(second)]
+    return _build(steps)

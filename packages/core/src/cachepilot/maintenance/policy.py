@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -47,7 +47,6 @@ __all__ = [
     "Rates",
     "argument_plan",
     "build_edits",
-    "calls_until_fold",
     "decide",
     "fold_estimate",
     "fold_pays",
@@ -153,7 +152,9 @@ class MaintenanceConfig(BaseModel):
     and none of their work is referenced any more) as soon as the cost model says it pays, by
     the rule of cost-model folds (at least `fold_min_tokens` removed): the current task is
     the protected tail (on a cold cache whenever the fold removes tokens: the rewrite is free
-    then)."""
+    then). When a cost-model fold that would take the same messages is expected before the
+    current task's expected end, the fold must also pay over the calls until then
+    (`maintenance.next_fold`)."""
     fold_conversation: bool = False
     """Let the finished-task and cost-model folds fold conversation too: tool-less exchanges
     (plain chat turns, files, repo maps and few-shot examples sent as messages) inside their
@@ -511,9 +512,13 @@ class FoldEstimate:
     remiss_tokens: int
     """Tokens from the range's start on, billed again at the miss price once."""
     rate: Rates
+    prepaid_tokens: int = 0
+    """Of `remiss_tokens`, what a later fold would re-miss anyway (its summary smaller by
+    what this fold condenses, see `task_fold_estimate`): not counted against this fold."""
 
     def decision(self, call: int, reason: str, context_tokens: int, candidates: int) -> Decision:
         """The scheduler record of applying this fold."""
+        remiss = max(0, self.remiss_tokens - self.prepaid_tokens)
         return Decision(
             call=call,
             apply=True,
@@ -523,7 +528,7 @@ class FoldEstimate:
             remiss_tokens=self.remiss_tokens,
             expected_calls=self.rate.expected_calls,
             saving_usd=round(self.removed_tokens * self.rate.saving_per_token, 6),
-            cost_usd=round(self.remiss_tokens * self.rate.remiss_per_token, 6),
+            cost_usd=round(remiss * self.rate.remiss_per_token, 6),
             context_tokens=context_tokens,
         )
 
@@ -536,6 +541,7 @@ def _estimate(
     rate: Rates,
     *,
     scaled: bool = True,
+    prepaid: int = 0,
 ) -> FoldEstimate:
     folded = sum(sizes[start:cut])
     share = config.fold_summary_share if scaled else 0.0
@@ -543,9 +549,10 @@ def _estimate(
         folded, config.fold_summary_tokens, share, config.fold_summary_max_tokens
     )
     remiss = sum(sizes[start:]) - removed
-    cost = remiss * rate.remiss_per_token * (1.0 + config.fold_margin)
+    prepaid = max(0, min(prepaid, remiss))
+    cost = (remiss - prepaid) * rate.remiss_per_token * (1.0 + config.fold_margin)
     pays = removed > 0 and removed * rate.saving_per_token > cost
-    return FoldEstimate(pays, removed, remiss, rate)
+    return FoldEstimate(pays, removed, remiss, rate, prepaid)
 
 
 def fold_estimate(
@@ -599,21 +606,6 @@ def fold_pays(
     return estimate is not None and estimate.pays
 
 
-def calls_until_fold(fold_calls: Sequence[int], *, complete: bool) -> int | None:
-    """Calls until the next fold, judged from the calls at which the thread's folds were taken
-    (in order): the mean gap between them (from call 0 when `complete`, the list reaching
-    back to the thread's start); None before two folds (one when `complete`) were seen.
-
-    A stub or an argument reduction of a message a fold will take saves its whole size only
-    until that fold: after it the summary stands for the message, and the edit saves only what
-    the summary would have spent on it (`cachepilot bench --audit`: argument reductions taken
-    between frequent folds lost money)."""
-    calls = [0, *fold_calls] if complete else list(fold_calls)
-    if len(calls) < 2:
-        return None
-    return max(1, round((calls[-1] - calls[0]) / (len(calls) - 1)))
-
-
 def task_fold_estimate(
     sizes: Sequence[int],
     start: int,
@@ -622,19 +614,28 @@ def task_fold_estimate(
     config: MaintenanceConfig,
     price: Price,
     expected_calls: int,
+    prepaid: int = 0,
 ) -> FoldEstimate:
     """The cost model on folding view messages `[start, cut)` (finished tasks) into one
     summary, over `expected_calls` remaining calls (`sizes`: tokens per view message).
     Finished work is not in use: its summary keeps the least size, `fold_summary_tokens`.
+    `prepaid`: tokens of its re-miss a later fold would re-miss anyway
+    (`next_fold.prepaid_remiss`), not counted against it.
 
     It pays by the same rule as a cost-model fold: the saving exceeds the re-miss and the
     fold removes at least `fold_min_tokens` (`cachepilot bench --audit` found smaller
     finished-task folds costing more than they saved on held-out populations)."""
     estimate = _estimate(
-        sizes, start, cut, config, rates(config, price, 0, expected_calls), scaled=False
+        sizes,
+        start,
+        cut,
+        config,
+        rates(config, price, 0, expected_calls),
+        scaled=False,
+        prepaid=prepaid,
     )
     if estimate.pays and estimate.removed_tokens < config.fold_min_tokens:
-        return FoldEstimate(False, estimate.removed_tokens, estimate.remiss_tokens, estimate.rate)
+        return replace(estimate, pays=False)
     return estimate
 
 
@@ -658,7 +659,7 @@ def decide(
 
     `sizes`: `counter.count_message` of each of `messages`, when the caller keeps them.
     `until_fold`: calls until a fold is expected to take every candidate anyway (see
-    `calls_until_fold`); an edit saves its whole size until then, and after it only the
+    `next_fold.calls_until_fold`); an edit saves its whole size until then, and after it only the
     `fold_summary_share` of it the fold summary would have kept.
 
     Returns:

@@ -16,11 +16,14 @@ from cachepilot.fold import (
     emergency_fold,
     fold_start,
     plan_fold,
-    safe_cut,
 )
-from cachepilot.fold.cut import straddled
-from cachepilot.fold.keep import fold_begin, fold_stretches
 from cachepilot.lifecycle import LifecycleRegistry, SegmentState
+from cachepilot.maintenance.next_fold import (
+    NextFold,
+    calls_until_cost_fold,
+    calls_until_fold,
+    prepaid_remiss,
+)
 from cachepilot.maintenance.pointers import restore_pointers
 from cachepilot.maintenance.policy import (
     Candidate,
@@ -28,7 +31,6 @@ from cachepilot.maintenance.policy import (
     MaintenanceConfig,
     argument_plan,
     build_edits,
-    calls_until_fold,
     decide,
     fold_estimate,
     prune_candidates,
@@ -40,6 +42,7 @@ from cachepilot.maintenance.view_cache import ViewCache
 from cachepilot.memory.values import output_values
 from cachepilot.messages import KeyTracker, Message
 from cachepilot.pilot.base import PilotBase, check_pilot_thread, check_request
+from cachepilot.pilot.fold_keeps import FoldKeeps, keeps_start, view_index
 from cachepilot.pilot.state import PilotState
 from cachepilot.plan.epochs import Edit, Epoch, PlanView
 from cachepilot.pricing import Price
@@ -197,7 +200,7 @@ class Maintenance(PilotBase):
             window = cfg.context_window or profile.context_window
             # What a fold keeps in view (DESIGN §2.7): a fold starts after the conversation it
             # must keep; without recall no fold takes a user message or a reply.
-            keeps = _FoldKeeps(rendered, sizes, cfg, counter, recall=recall) if cfg.fold else None
+            keeps = FoldKeeps(rendered, sizes, cfg, counter, recall=recall) if cfg.fold else None
             decision, chosen = decide(
                 call=state.calls,
                 messages=view,
@@ -455,7 +458,7 @@ class Maintenance(PilotBase):
         sizes: Sequence[int],
         *,
         cold: bool = False,
-        keeps: _FoldKeeps | None = None,
+        keeps: FoldKeeps | None = None,
     ) -> tuple[str, str | None, FoldEstimate, int] | None:
         """A fold of the latest run of finished tasks, when the cost model says it pays (or,
         on a cold cache, whenever it removes tokens: the rewrite is free then): (key of the
@@ -466,7 +469,8 @@ class Maintenance(PilotBase):
         evictable (the current one at the latest) and starts after the one before it (a
         tool-less exchange is never evictable: it stays in view), and after the conversation
         `keeps` holds in view. The current task is expected to run as long as the finished
-        ones did on average.
+        ones did on average, and no longer than until the cost model would fold the same
+        messages on its own.
         """
         registry = state.lifecycle
         tasks = registry.tasks()
@@ -480,7 +484,7 @@ class Maintenance(PilotBase):
         keep_from = tasks[last + 1].keys[0]
         start = fold_start(rendered.messages, rendered.folds)
         if first > 0:
-            at = _view_index(rendered, tasks[first].keys[0]) if tasks[first].keys else None
+            at = view_index(rendered, tasks[first].keys[0]) if tasks[first].keys else None
             if at is None:
                 return None
             start = max(start, at)
@@ -493,14 +497,38 @@ class Maintenance(PilotBase):
                 return None
         start_key = None if start == keeps_start(rendered) else rendered.spans[start][0]
         cfg = self.config.maintenance
+        expected = _expected_task_calls(registry, cfg.horizon)
         estimate = task_fold_estimate(
-            sizes,
-            start,
-            cut,
-            config=cfg,
-            price=price,
-            expected_calls=_expected_task_calls(registry, cfg.horizon),
+            sizes, start, cut, config=cfg, price=price, expected_calls=expected
         )
+        # A cost-model fold due sooner takes the same messages: this fold gains only the
+        # calls until then, less the re-miss that fold pays anyway (`maintenance.next_fold`).
+        # It never makes a fold that does not pay over the task's horizon pay.
+        nxt = (
+            _next_cost_fold(
+                state,
+                rendered,
+                sizes,
+                keeps,
+                cfg=cfg,
+                price=price,
+                start=start,
+                cut=cut,
+                limit=expected - 1,
+            )
+            if estimate.pays and not cold
+            else None
+        )
+        if nxt is not None:
+            estimate = task_fold_estimate(
+                sizes,
+                start,
+                cut,
+                config=cfg,
+                price=price,
+                expected_calls=nxt.calls,
+                prepaid=prepaid_remiss(sum(sizes[start:cut]), nxt.folded_tokens, cfg),
+            )
         pays = estimate.pays or (cold and estimate.removed_tokens > 0)
         return (keep_from, start_key, estimate, cut - start) if pays else None
 
@@ -652,116 +680,13 @@ class Maintenance(PilotBase):
         )
 
 
-def keeps_start(rendered: PlanView) -> int:
-    """Where a fold starts by default: after the leading system messages and the task
-    statement (an earlier summary there starts a differential fold)."""
-    return fold_start(rendered.messages, rendered.folds)
-
-
-def _view_index(rendered: PlanView, key: str) -> int | None:
-    """The view index of the message with transcript key `key`, or None when no view
-    message starts with it (e.g. it is inside a fold)."""
-    return next((i for i, span in enumerate(rendered.spans) if span[0] == key), None)
-
-
-class _FoldKeeps:
-    """Where folds begin to keep the conversation in view (see `cachepilot.fold.keep`)."""
-
-    def __init__(
-        self,
-        rendered: PlanView,
-        sizes: Sequence[int],
-        cfg: MaintenanceConfig,
-        counter: TokenCounter,
-        *,
-        recall: bool,
-    ) -> None:
-        self._rendered = rendered
-        self._sizes = sizes
-        self._cfg = cfg
-        self._counter = counter
-        self._recall = recall
-        self.start = keeps_start(rendered)
-        self._cut: int | None = -1  # not computed yet
-
-    def _natural(self) -> int | None:
-        """The cut before the protected tail (None: nothing to fold)."""
-        if self._cut == -1:
-            view = self._rendered
-            start = self.start
-            if start < len(view.messages) and (
-                view.messages[start].role == "tool" or straddled(view.messages)[start]
-            ):
-                self._cut = None  # unpaired history at the start: no fold (plan_fold says so)
-                return None
-            self._cut = safe_cut(
-                view.messages,
-                view.keys,
-                protect_tail_tokens=self._cfg.fold_protect_tokens,
-                counter=self._counter,
-                start=self.start,
-            )
-        return self._cut
-
-    def _takes_all(self, trigger: bool) -> bool:
-        # The fold past the trigger takes conversation too where the model can recall it.
-        return self._recall and (trigger or self._cfg.fold_conversation)
-
-    def begin(self, *, trigger: bool, end: int) -> int:
-        """The view index a fold ending at `end` begins at (after the last message it keeps
-        in view)."""
-        if self._takes_all(trigger):
-            return self.start
-        view = self._rendered
-        return fold_begin(
-            view.messages,
-            self.start,
-            end,
-            sizes=self._sizes,
-            strict=not self._recall,
-            message_tokens=self._cfg.conversation_tokens,
-            folds=view.folds,
-        )
-
-    def stretch(self, *, trigger: bool) -> tuple[int, int] | None:
-        """The range a fold before the protected tail takes: the largest stretch (in tokens;
-        the latest of equals) between the messages it keeps in view, or None."""
-        natural = self._natural()
-        if natural is None:
-            return None
-        if self._takes_all(trigger):
-            return self.start, natural
-        view = self._rendered
-        stretches = fold_stretches(
-            view.messages,
-            self.start,
-            natural,
-            sizes=self._sizes,
-            strict=not self._recall,
-            message_tokens=self._cfg.conversation_tokens,
-            folds=view.folds,
-        )
-        if not stretches:
-            return None
-        return max(reversed(stretches), key=lambda r: sum(self._sizes[r[0] : r[1]]))
-
-    def keys(self, stretch: tuple[int, int]) -> tuple[str | None, str | None]:
-        """(`start_key`, `keep_from`) of a fold of `stretch` (None: the default start, the
-        cut before the protected tail)."""
-        begin, end = stretch
-        spans = self._rendered.spans
-        start_key = spans[begin][0] if begin > self.start else None
-        keep_from = spans[end][0] if end != self._natural() and end < len(spans) else None
-        return start_key, keep_from
-
-
 _FOLD_REASONS = frozenset({"cost-model-fold", "finished-task-fold", "fold-trigger"})
 
 
 def _until_fold(
     state: PilotState,
     candidates: Sequence[Candidate],
-    keeps: _FoldKeeps | None,
+    keeps: FoldKeeps | None,
     cfg: MaintenanceConfig,
 ) -> int | None:
     """Calls until a cost-model fold is expected to take every candidate anyway, or None (no
@@ -776,6 +701,47 @@ def _until_fold(
     folds = [d.call for d in state.decisions if d.apply and d.reason in _FOLD_REASONS]
     # The record keeps the last `_MAX_DECISIONS`: below that it reaches back to call 0.
     return calls_until_fold(folds, complete=len(state.decisions) < _MAX_DECISIONS)
+
+
+def _next_cost_fold(
+    state: PilotState,
+    rendered: PlanView,
+    sizes: Sequence[int],
+    keeps: FoldKeeps | None,
+    *,
+    cfg: MaintenanceConfig,
+    price: Price,
+    start: int,
+    cut: int,
+    limit: int,
+) -> NextFold | None:
+    """The cost-model fold expected to take the view messages `[start, cut)` by itself (see
+    `maintenance.next_fold`), or None: folds by cost off, no range to fold, a range that
+    does not hold them all (kept conversation between: it would not take them), or no such
+    fold within `limit` calls."""
+    if keeps is None or not cfg.fold_by_cost:
+        return None
+    stretch = keeps.stretch(trigger=False)
+    if stretch is None or stretch[0] > start or stretch[1] < cut:
+        return None
+    begin, end = stretch
+    # The thread's growth a call: the view after the latest fold's summary over the calls
+    # since that fold (before any fold: after the task statement, over every call).
+    last_summary = max((i for i, f in enumerate(rendered.folds) if f is not None), default=None)
+    folds = [d.call for d in state.decisions if d.apply and d.reason in _FOLD_REASONS]
+    if last_summary is not None and folds:
+        tokens, calls = sum(sizes[last_summary + 1 :]), state.calls - folds[-1]
+    else:
+        tokens, calls = sum(sizes[keeps.start :]), state.calls
+    return calls_until_cost_fold(
+        sum(sizes[begin:end]),
+        sum(sizes[end:]),
+        growth=tokens / max(1, calls),
+        call=state.calls,
+        config=cfg,
+        price=price,
+        limit=limit,
+    )
 
 
 def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:
