@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.fold import FoldRequest, ResumeBlockSummarizer, plan_fold
-from cachepilot.fold.facts_in_use import FACTS_HEADER, _candidates, facts_in_use
-from cachepilot.memory.facts import view_text
+from cachepilot.fold.facts_in_use import FACTS_HEADER, _candidates, facts_in_use, values_in_view
+from cachepilot.memory.facts import count_candidates, view_text
 from cachepilot.messages import Message, ToolCall
 from cachepilot.plan.epochs import Epoch, Plan, apply_plan
 from cachepilot.tokens import get_counter
@@ -217,3 +217,38 @@ def test_the_range_stage_keeps_nothing_the_garbage_collector_walks() -> None:
     # The index names the source whose values it ranks.
     assert all(value in in_order[newest_first[index].label] for _, _, value, index in ordered)
     assert facts_in_use(messages, 400, COUNTER) == facts_in_use(list(messages), 400, COUNTER)
+
+
+_PIECE = st.text(alphabet="ab_AZ09.f/-() \"'\nx", max_size=60) | st.builds(
+    lambda ch, n: ch * n, st.sampled_from(["a", "a_", "9", "a/", "a."]), st.integers(100, 300)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECE, max_size=6), st.lists(_PIECE, max_size=4))
+def test_values_in_view_found_piece_by_piece_are_those_of_the_joined_text(
+    texts: list[str], bodies: list[str]
+) -> None:
+    """What `values_in_view` finds message by message equals one scan of the joined text
+    (the search text of a request), long runs and quotes included."""
+    messages = [
+        Message(role="tool", content=body, tool_call_id=f"c{i}", name="bash")
+        if i % 2
+        else Message(role="assistant", content=body, tool_calls=(ToolCall(f"c{i}", "bash", body),))
+        for i, body in enumerate(bodies)
+    ]
+    joined = "\n".join([*texts, view_text(None, messages)]) if messages else "\n".join(texts)
+    assert values_in_view(texts, messages) == frozenset(count_candidates(joined))
+
+
+def test_the_facts_left_out_by_the_values_in_view_are_those_left_out_by_the_text() -> None:
+    messages = _session()
+    for n in range(12):
+        messages += _read(f"x{n}", f"lib/spotter/m{n}.ex", _module(f"Mod{n}", ["a_fn", "b_fn"]))
+    folded, kept = messages[:-6], messages[-6:]
+    block = "Earlier: Spotter.SessionRegistry lookup_all"
+    seen = "\n".join([block, view_text(None, kept)])
+    for budget in (30, 80, 200, 600):
+        by_text = facts_in_use(folded, budget, COUNTER, exclude_text=seen)
+        assert by_text == facts_in_use(folded, budget, COUNTER, shown=values_in_view([block], kept))
+        assert "Mod11" not in by_text  # read in the kept tail: in view

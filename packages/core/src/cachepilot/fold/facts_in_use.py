@@ -19,6 +19,7 @@ window and the number of values kept per source is capped.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -30,10 +31,11 @@ from cachepilot.memory.values import SCAN_HEAD, SCAN_TAIL
 from cachepilot.memory.values import output_scores as _output_scores
 from cachepilot.memory.values import ranked as _ranked
 from cachepilot.messages import Message, ToolCall
+from cachepilot.support.identity_memo import IdentityMemo
 from cachepilot.support.redact import redact
 from cachepilot.tokens import TokenCounter
 
-__all__ = ["FACTS_HEADER", "facts_in_use"]
+__all__ = ["FACTS_HEADER", "facts_in_use", "values_in_view"]
 
 FACTS_HEADER = "Facts in use (exact values from folded tool output, latest first):"
 
@@ -65,6 +67,7 @@ def facts_in_use(
     counter: TokenCounter,
     *,
     exclude_text: str = "",
+    shown: AbstractSet[str] | None = None,
 ) -> str:
     """The "facts in use" section for `messages` (a folded range), within `budget_tokens`.
 
@@ -74,6 +77,8 @@ def facts_in_use(
         counter: token counter.
         exclude_text: text the model still sees (the rest of the summary, the kept tail):
             values found in it (as fact-shaped values of their own) are not repeated.
+        shown: the values found in that text, when the caller has them (`values_in_view`);
+            `exclude_text` is then not read.
 
     Returns:
         The section (header and one line per source), or "" when nothing fits.
@@ -92,14 +97,16 @@ def facts_in_use(
         return ""
     # The values in view, found in one pass (a substring test per value would cost the
     # text's length for each of them).
-    shown = set(count_candidates(exclude_text)) if exclude_text else set()
-    ranked = {id(s): [v for v in in_order[s.label] if v not in shown] for s in newest_first}
-    candidates = [c for c in ordered if c[2] not in shown] if shown else ordered
+    if shown is None:
+        shown = set(count_candidates(exclude_text)) if exclude_text else set()
     chosen: dict[int, set[str]] = {id(s): set() for s in newest_first}
     order: list[tuple[int, str]] = []  # pick order: the last picked goes first when trimming
     used = counter.count(FACTS_HEADER)
     misses = 0
-    for _, _, value, index in candidates:
+    # The values in view are skipped as they come: the pick usually stops long before the end.
+    for _, _, value, index in ordered:
+        if value in shown:
+            continue
         source = newest_first[index]
         picked = chosen[id(source)]
         cost = counter.count(value) + 1
@@ -114,7 +121,7 @@ def facts_in_use(
         picked.add(value)
         order.append((id(source), value))
     while order:
-        text = _render(newest_first, chosen, ranked)
+        text = _render(newest_first, chosen, in_order)
         over = counter.count(text) - budget_tokens
         if over <= 0:
             return text
@@ -127,11 +134,40 @@ def facts_in_use(
     return ""
 
 
+def values_in_view(texts: Sequence[str], messages: Sequence[Message]) -> frozenset[str]:
+    """The fact-shaped values of `texts` and `messages` joined by newlines, as
+    `count_candidates` finds them in the joined text, found piece by piece.
+
+    No value spans a newline and a newline starts or ends every one as the text's own start or
+    end does, so the joined text holds exactly the pieces' values. Each message's are memoised
+    by the message (a fold's kept tail is mostly the last fold's), each text's by the text.
+    """
+    found: set[str] = set()
+    for text in texts:
+        found |= _text_values(text)
+    for message in messages:
+        values = _MESSAGE_VALUES.get(message)
+        if values is None:
+            values = frozenset(count_candidates(message_search_text(message)))
+            _MESSAGE_VALUES.put(message, values)
+        found |= values
+    return frozenset(found)
+
+
+_MESSAGE_VALUES: IdentityMemo[Message, frozenset[str]] = IdentityMemo(4_096)
+
+
+@lru_cache(maxsize=64)
+def _text_values(text: str) -> frozenset[str]:
+    return frozenset(count_candidates(text))
+
+
 def _render(
-    newest_first: Sequence[_Source], chosen: dict[int, set[str]], ranked: dict[int, list[str]]
+    newest_first: Sequence[_Source], chosen: dict[int, set[str]], in_order: dict[str, list[str]]
 ) -> str:
+    # What was chosen is never in view: each source's chosen values in its own order.
     lines = [
-        f"- {_display(s.label)}: " + ", ".join(v for v in ranked[id(s)] if v in chosen[id(s)])
+        f"- {_display(s.label)}: " + ", ".join(v for v in in_order[s.label] if v in chosen[id(s)])
         for s in newest_first
         if chosen[id(s)]
     ]

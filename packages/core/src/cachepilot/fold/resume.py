@@ -4,10 +4,9 @@ default summarizer, and the fallback whenever another one fails)."""
 from __future__ import annotations
 
 from cachepilot.fold.ahead import SUMMARY_STAGES
-from cachepilot.fold.facts_in_use import facts_in_use
+from cachepilot.fold.facts_in_use import facts_in_use, values_in_view
 from cachepilot.fold.request import FoldMode, FoldRequest
 from cachepilot.memory import SessionMemory
-from cachepilot.memory.facts import view_text
 from cachepilot.memory.prefix_memo import SESSION_MEMORIES
 from cachepilot.tokens import TokenCounter, get_counter
 
@@ -78,13 +77,14 @@ class ResumeBlockSummarizer:
         if not self.facts_share:
             return block
         kept = request.view_messages[len(request.view_messages) - request.kept_messages :]
-        seen = "\n".join([block, view_text(None, kept)]) if request.kept_messages else block
+        # What the model still sees: the block and the kept tail (found message by message).
+        shown = values_in_view([block], kept if request.kept_messages else [])
         room = budget - counter.count(block) - 2
         facts = facts_in_use(
             request.source_messages or request.folded_messages,
             room,
             counter,
-            exclude_text=seen,
+            shown=shown,
         )
         lines = facts.splitlines()
         while True:
