@@ -12,6 +12,7 @@ from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.maintenance.next_fold import calls_until_fold
 from cachepilot.maintenance.policy import (
     Candidate,
+    Decision,
     MaintenanceConfig,
     decide,
     prune_candidates,
@@ -667,3 +668,42 @@ def _two_task_session_sized(
     steps = [(1, [first_size, 0, 0], False) for _ in range(first)]
     steps += [(1, [second_size, 0, 0], n == 0) for n in range(second)]
     return _build(steps)
+
+
+@pytest.mark.parametrize("due", [0, 1])
+def test_a_finished_task_fold_gains_only_the_calls_until_the_cost_model_fold_due(
+    due: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cost-model fold due now (or next call) takes the finished tasks too: the
+    finished-task fold saves only over the calls before it (none, one), however many the cost
+    model otherwise assumes at the least; due now, it is not taken (its re-miss would be paid
+    twice)."""
+    from cachepilot.maintenance.next_fold import NextFold
+    from cachepilot.pilot import maintain
+
+    snapshots = _two_task_session_sized(14, 1_200, 10, 300)
+    _, reasons = _simulated(snapshots)
+    assert reasons == ["finished-task-fold"]  # far from a cost-model fold: it stays
+    seen: list[NextFold] = []
+
+    def due_now(*args: object, start: int, cut: int, **kwargs: object) -> NextFold:
+        sizes = args[2]
+        assert isinstance(sizes, list | tuple)
+        seen.append(NextFold(due, sum(sizes[start:cut]) + 2_000))
+        return seen[-1]
+
+    monkeypatch.setattr(maintain, "_next_cost_fold", due_now)
+    _, reasons = _simulated(snapshots)
+    assert seen  # the finished-task fold was priced against it…
+    if due == 0:
+        assert "finished-task-fold" not in reasons  # …and left to the cost-model fold
+    else:
+        pilot_decisions = [d for d in _decisions(snapshots) if d.reason == "finished-task-fold"]
+        assert all(d.expected_calls == due for d in pilot_decisions)
+
+
+def _decisions(snapshots: list[list[Message]]) -> list[Decision]:
+    pilot = CachePilot(Config(), store=InMemoryArtifactStore())
+    for t, snapshot in enumerate(snapshots):
+        pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+    return [d for d in pilot.state("t").decisions if d.apply]
