@@ -13,7 +13,6 @@ from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.maintenance.next_fold import calls_until_fold
 from cachepilot.maintenance.policy import (
     Candidate,
-    Decision,
     MaintenanceConfig,
     decide,
     prune_candidates,
@@ -671,45 +670,6 @@ def _two_task_session_sized(
     return _build(steps)
 
 
-@pytest.mark.parametrize("due", [0, 1])
-def test_a_finished_task_fold_gains_only_the_calls_until_the_cost_model_fold_due(
-    due: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The cost-model fold due now (or next call) takes the finished tasks too: the
-    finished-task fold saves only over the calls before it (none, one), however many the cost
-    model otherwise assumes at the least; due now, it is not taken (its re-miss would be paid
-    twice)."""
-    from cachepilot.maintenance.next_fold import NextFold
-    from cachepilot.pilot import maintain
-
-    snapshots = _two_task_session_sized(14, 1_200, 10, 300)
-    _, reasons = _simulated(snapshots)
-    assert reasons == ["finished-task-fold"]  # far from a cost-model fold: it stays
-    seen: list[NextFold] = []
-
-    def due_now(*args: object, start: int, cut: int, **kwargs: object) -> NextFold:
-        sizes = args[2]
-        assert isinstance(sizes, list | tuple)
-        seen.append(NextFold(due, sum(sizes[start:cut]) + 2_000))
-        return seen[-1]
-
-    monkeypatch.setattr(maintain, "_next_cost_fold", due_now)
-    _, reasons = _simulated(snapshots)
-    assert seen  # the finished-task fold was priced against it…
-    if due == 0:
-        assert "finished-task-fold" not in reasons  # …and left to the cost-model fold
-    else:
-        pilot_decisions = [d for d in _decisions(snapshots) if d.reason == "finished-task-fold"]
-        assert all(d.expected_calls == due for d in pilot_decisions)
-
-
-def _decisions(snapshots: list[list[Message]]) -> list[Decision]:
-    pilot = CachePilot(Config(), store=InMemoryArtifactStore())
-    for t, snapshot in enumerate(snapshots):
-        pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
-    return [d for d in pilot.state("t").decisions if d.apply]
-
-
 def test_the_next_cost_model_fold_is_looked_for_only_within_the_priced_horizon(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -720,21 +680,30 @@ def test_the_next_cost_model_fold_is_looked_for_only_within_the_priced_horizon(
     from cachepilot.pilot import maintain
 
     limits: list[int] = []
+    unbounded = False
 
     def recording(*args: object, limit: int, **kwargs: Any) -> next_fold.NextFold | None:
         limits.append(limit)
+        limit = 10_000 if unbounded else limit
         return next_fold.calls_until_cost_fold(*args, limit=limit, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(maintain, "calls_until_cost_fold", recording)
     cfg = MaintenanceConfig(horizon=10.0, max_expected_calls=20)
-    pilot = CachePilot(Config(maintenance=cfg), store=InMemoryArtifactStore())
     tasks = ((40, 1_200), (6, 1_800), (15, 1_800))
     steps = [
         (1, [size, 0, 0], n == 0 and k > 0)
         for k, (count, size) in enumerate(tasks)
         for n in range(count)
     ]
-    for t, snapshot in enumerate(_build(steps)):
-        pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+
+    def decisions() -> list[tuple[int, str]]:
+        pilot = CachePilot(Config(maintenance=cfg), store=InMemoryArtifactStore())
+        for t, snapshot in enumerate(_build(steps)):
+            pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+        return [(d.call, d.reason) for d in pilot.state("t").decisions if d.apply]
+
+    bounded = decisions()
     assert limits
     assert max(limits) <= cfg.max_expected_calls - 1
+    unbounded = True
+    assert decisions() == bounded  # a fold beyond the priced calls decides nothing

@@ -615,26 +615,25 @@ def task_fold_estimate(
     price: Price,
     expected_calls: int,
     prepaid: int = 0,
-    until_fold: int | None = None,
 ) -> FoldEstimate:
     """The cost model on folding view messages `[start, cut)` (finished tasks) into one
     summary, over `expected_calls` remaining calls (`sizes`: tokens per view message).
     Finished work is not in use: its summary keeps the least size, `fold_summary_tokens`.
     `prepaid`: tokens of its re-miss a later fold would re-miss anyway
-    (`next_fold.prepaid_remiss`), not counted against it. `until_fold`: calls until a fold
-    that takes the same messages (`next_fold.calls_until_cost_fold`); the saving counts only
-    these, even below `min_expected_calls` (that floor guards a guess of the session's end;
-    after that fold this one saves nothing more), so one due now leaves nothing to gain.
+    (`next_fold.prepaid_remiss`), not counted against it.
 
     It pays by the same rule as a cost-model fold: the saving exceeds the re-miss and the
     fold removes at least `fold_min_tokens` (`cachepilot bench --audit` found smaller
     finished-task folds costing more than they saved on held-out populations)."""
-    rate = rates(config, price, 0, expected_calls)
-    if until_fold is not None and until_fold < rate.expected_calls:
-        calls = max(0, until_fold)
-        per_call = rate.saving_per_token / rate.expected_calls
-        rate = Rates(calls, per_call * calls, rate.remiss_per_token)
-    estimate = _estimate(sizes, start, cut, config, rate, scaled=False, prepaid=prepaid)
+    estimate = _estimate(
+        sizes,
+        start,
+        cut,
+        config,
+        rates(config, price, 0, expected_calls),
+        scaled=False,
+        prepaid=prepaid,
+    )
     if estimate.pays and estimate.removed_tokens < config.fold_min_tokens:
         return replace(estimate, pays=False)
     return estimate

@@ -527,9 +527,8 @@ class Maintenance(PilotBase):
                 cut,
                 config=cfg,
                 price=price,
-                expected_calls=expected,
+                expected_calls=nxt.calls,
                 prepaid=prepaid_remiss(sum(sizes[start:cut]), nxt.folded_tokens, cfg),
-                until_fold=nxt.calls,
             )
         pays = estimate.pays or (cold and estimate.removed_tokens > 0)
         return (keep_from, start_key, estimate, cut - start) if pays else None
