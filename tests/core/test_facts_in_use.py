@@ -295,3 +295,24 @@ def test_values_in_view_hold_at_piece_edges_an_adversary_picks(
     assert values_in_view(texts, messages) == frozenset(count_candidates(joined))
     # Asked again (memoised by message and by text), the answer is the same.
     assert values_in_view(texts, messages) == frozenset(count_candidates(joined))
+
+
+def test_the_values_memoised_for_a_message_hold_no_more_than_its_text() -> None:
+    """The memo keeps each message's values while the message lives: a long paste of distinct
+    numbers or names must not be held again many times over (a set of small strings costs
+    about twenty times their characters)."""
+    import sys
+
+    from cachepilot.fold import facts_in_use as module
+
+    text = " ".join(f"{n} a_{n}" for n in range(100_000, 130_000))
+    message = Message(role="user", content=text)
+    values = values_in_view([], [message])
+    assert len(values) == 60_000
+    held = module._MESSAGE_VALUES.get(message)
+    assert held is not None
+    retained = sys.getsizeof(held)
+    if not isinstance(held, str):
+        retained += sum(sys.getsizeof(v) for v in held)
+    assert retained <= 2 * len(text)
+    assert values_in_view([], [message]) == values  # the memoised form answers the same
