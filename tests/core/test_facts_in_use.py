@@ -252,3 +252,67 @@ def test_the_facts_left_out_by_the_values_in_view_are_those_left_out_by_the_text
         by_text = facts_in_use(folded, budget, COUNTER, exclude_text=seen)
         assert by_text == facts_in_use(folded, budget, COUNTER, shown=values_in_view([block], kept))
         assert "Mod11" not in by_text  # read in the kept tail: in view
+
+
+_EDGE = st.sampled_from(
+    ["\\", "\r", "\r\n", '"', "'", "é", "ß", "٣", "١٢٣٤", "_", ".", "/", "()", "-", " ", "\t", ""]
+)
+_ADVERSARIAL = st.lists(
+    st.text(alphabet="aZé٣0_./()-\"'\\\r \t", max_size=12)
+    | _EDGE
+    | st.builds(
+        lambda ch, n: ch * n,
+        st.sampled_from(["a", "é", "٣", "9", "a_", "a/", "a.", "f0", "ab.", "x_y/"]),
+        st.sampled_from([1, 127, 128, 255, 256, 257, 258, 300]),
+    ),
+    max_size=5,
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(_ADVERSARIAL, max_size=4),
+    st.lists(st.tuples(_ADVERSARIAL, _ADVERSARIAL, _ADVERSARIAL), max_size=3),
+)
+def test_values_in_view_hold_at_piece_edges_an_adversary_picks(
+    texts: list[str], bodies: list[tuple[str, str, str]]
+) -> None:
+    """Pieces ending in a backslash, a carriage return, a quote or unicode word characters and
+    digits, runs of 256/257 characters either side of a newline, empty pieces, and a kept tail
+    with reasoning and call arguments holding newlines: the values found piece by piece are
+    those of the joined text."""
+    from cachepilot.messages import ReasoningPart, TextPart
+
+    messages = [
+        Message(
+            role="assistant",
+            content=(ReasoningPart(reasoning + "\n" + text), TextPart(text)),
+            tool_calls=(ToolCall(f"c{i}", "bash", arguments + "\n" + text),),
+        )
+        for i, (text, reasoning, arguments) in enumerate(bodies)
+    ]
+    joined = "\n".join([*texts, view_text(None, messages)]) if messages else "\n".join(texts)
+    assert values_in_view(texts, messages) == frozenset(count_candidates(joined))
+    # Asked again (memoised by message and by text), the answer is the same.
+    assert values_in_view(texts, messages) == frozenset(count_candidates(joined))
+
+
+def test_the_values_memoised_for_a_message_hold_no_more_than_its_text() -> None:
+    """The memo keeps each message's values while the message lives: a long paste of distinct
+    numbers or names must not be held again many times over (a set of small strings costs
+    about twenty times their characters)."""
+    import sys
+
+    from cachepilot.fold import facts_in_use as module
+
+    text = " ".join(f"{n} a_{n}" for n in range(100_000, 130_000))
+    message = Message(role="user", content=text)
+    values = values_in_view([], [message])
+    assert len(values) == 60_000
+    held = module._MESSAGE_VALUES.get(message)
+    assert held is not None
+    retained = sys.getsizeof(held)
+    if not isinstance(held, str):
+        retained += sum(sys.getsizeof(v) for v in held)
+    assert retained <= 2 * len(text)
+    assert values_in_view([], [message]) == values  # the memoised form answers the same

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -667,3 +668,42 @@ def _two_task_session_sized(
     steps = [(1, [first_size, 0, 0], False) for _ in range(first)]
     steps += [(1, [second_size, 0, 0], n == 0) for n in range(second)]
     return _build(steps)
+
+
+def test_the_next_cost_model_fold_is_looked_for_only_within_the_priced_horizon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A long current task (a large horizon, long finished tasks) is priced over at most
+    `max_expected_calls`; a cost-model fold later than that changes nothing, so the search
+    for it stops there: its work per request stays bounded whatever the session's length."""
+    from cachepilot.maintenance import next_fold
+    from cachepilot.pilot import maintain
+
+    limits: list[int] = []
+    unbounded = False
+
+    def recording(*args: object, limit: int, **kwargs: Any) -> next_fold.NextFold | None:
+        limits.append(limit)
+        limit = 10_000 if unbounded else limit
+        return next_fold.calls_until_cost_fold(*args, limit=limit, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(maintain, "calls_until_cost_fold", recording)
+    cfg = MaintenanceConfig(horizon=10.0, max_expected_calls=20)
+    tasks = ((40, 1_200), (6, 1_800), (15, 1_800))
+    steps = [
+        (1, [size, 0, 0], n == 0 and k > 0)
+        for k, (count, size) in enumerate(tasks)
+        for n in range(count)
+    ]
+
+    def decisions() -> list[tuple[int, str]]:
+        pilot = CachePilot(Config(maintenance=cfg), store=InMemoryArtifactStore())
+        for t, snapshot in enumerate(_build(steps)):
+            pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+        return [(d.call, d.reason) for d in pilot.state("t").decisions if d.apply]
+
+    bounded = decisions()
+    assert limits
+    assert max(limits) <= cfg.max_expected_calls - 1
+    unbounded = True
+    assert decisions() == bounded  # a fold beyond the priced calls decides nothing

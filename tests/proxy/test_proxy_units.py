@@ -236,3 +236,26 @@ def test_threads_beyond_the_memory_cap_leave_the_pilot() -> None:
     _asyncio.run(touch())
     assert pilot.state("a").calls == 0  # dropped, then recreated empty on this access
     assert pilot.state("c").calls == 1
+
+
+def test_serve_freezes_the_heap_only_while_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`serve` moves the startup heap out of the collector's reach while the server runs; a
+    host that calls it with its own engine gets its collector back as it was once it stops."""
+    import gc
+
+    import uvicorn
+
+    from cachepilot.proxy.app import serve
+
+    frozen_while_serving: list[int] = []
+    monkeypatch.setattr(
+        uvicorn, "run", lambda app, **options: frozen_while_serving.append(gc.get_freeze_count())
+    )
+    before = gc.get_freeze_count()
+    try:
+        serve(ProxyConfig(upstream="http://upstream.invalid", provider="anthropic", port=0))
+        assert frozen_while_serving and frozen_while_serving[0] > before
+        assert gc.get_freeze_count() == before
+    finally:
+        if gc.get_freeze_count() > before:
+            gc.unfreeze()

@@ -10,7 +10,8 @@ summary stands for them.
   `calls_until_cost_fold` predicts that fold from its own rule (the range it would take now
   grows by the thread's growth per call, its summary with its share of the range, the
   expected remaining calls with the calls made), and the finished-task fold gains the removed
-  tokens' cached price only on the calls until then, while it pays its re-miss now. Part of
+  tokens' cached price only on the calls until then (never fewer than `min_expected_calls`:
+  docs/audit.md measured that floor as the cheaper rule), while it pays its re-miss now. Part of
   that re-miss is paid once either way (`prepaid_remiss`): after it the cost-model fold's range
   holds the finished tasks' small summary instead of the tasks, so its own summary, which it
   re-misses, is smaller. After the cost-model fold both views hold one summary of the same

@@ -514,7 +514,8 @@ class Maintenance(PilotBase):
                 price=price,
                 start=start,
                 cut=cut,
-                limit=expected - 1,
+                # Within the calls the fold is priced over (the search is linear in them).
+                limit=min(expected, cfg.max_expected_calls) - 1,
             )
             if estimate.pays and not cold
             else None

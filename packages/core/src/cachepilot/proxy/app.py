@@ -135,8 +135,8 @@ def _settle_heap() -> None:
     """Move what the server process holds at start (modules, classes, the engine) out of the
     garbage collector's reach: a full collection walks every tracked object, and one that
     walks the startup heap too stalls every request in flight (tens of milliseconds at
-    300 KB sessions, docs/operations.md). Only the server's own process calls it: a library
-    host's collector is its own business."""
+    300 KB sessions, docs/operations.md). Only the server's own process calls it (`serve`
+    unfreezes when the server stops): a library host's collector is its own business."""
     gc.collect()
     gc.freeze()
 
@@ -185,8 +185,15 @@ def serve(config: ProxyConfig, engine: ProxyEngine | None = None, workers: int =
     }
     if workers == 1:
         app = create_app(engine or ProxyEngine(config))
+        host_froze = gc.get_freeze_count() > 0
         _settle_heap()
-        uvicorn.run(app, **options)
+        try:
+            uvicorn.run(app, **options)
+        finally:
+            # A host that called `serve` with its own engine lives on: what it frees later is
+            # the collector's again (unless it had frozen its heap itself: that stays).
+            if not host_froze:
+                gc.unfreeze()
         return
     if engine is not None:
         raise ValueError("an engine object cannot be shared by several worker processes")
