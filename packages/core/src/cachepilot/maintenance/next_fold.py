@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from cachepilot.fold.request import summary_budget
-from cachepilot.maintenance.policy import MaintenanceConfig, rates
+from cachepilot.maintenance.policy import MaintenanceConfig, range_estimate, rates
 from cachepilot.pricing import Price
 
 __all__ = ["NextFold", "calls_until_cost_fold", "calls_until_fold", "prepaid_remiss"]
@@ -80,7 +80,8 @@ def calls_until_cost_fold(
 
     `folded`: tokens of the range the cost-model fold would take now; `after`: tokens after
     it (the protected tail, which stays about that size); `growth`: tokens the range gains a
-    call. The fold at call `call + j` pays by the rule of `policy.fold_estimate`: it removes
+    call. The fold at call `call + j` pays by the rule of `policy.fold_estimate`
+    (`policy.range_estimate`): it removes
     the range less its summary, at least `fold_min_tokens`, and that saving over the expected
     remaining calls exceeds the re-miss of its summary and the tail (by `fold_margin`).
     Linear in `limit` (at most `max_expected_calls` in practice).
@@ -88,13 +89,8 @@ def calls_until_cost_fold(
     growth = max(0.0, growth)
     for j in range(max(0, limit) + 1):
         size = folded + round(growth * j)
-        summary = _budget(size, config)
-        removed = size - summary
-        if removed < config.fold_min_tokens:
-            continue
-        rate = rates(config, price, call + j)
-        cost = (summary + after) * rate.remiss_per_token * (1.0 + config.fold_margin)
-        if removed * rate.saving_per_token > cost:
+        estimate = range_estimate(size, after, config, rates(config, price, call + j))
+        if estimate.removed_tokens >= config.fold_min_tokens and estimate.pays:
             return NextFold(j, size)
     return None
 

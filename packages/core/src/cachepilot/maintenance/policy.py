@@ -52,6 +52,7 @@ __all__ = [
     "fold_pays",
     "is_stub",
     "prune_candidates",
+    "range_estimate",
     "rates",
     "stub_text",
     "task_fold_estimate",
@@ -543,12 +544,32 @@ def _estimate(
     scaled: bool = True,
     prepaid: int = 0,
 ) -> FoldEstimate:
-    folded = sum(sizes[start:cut])
+    return range_estimate(
+        sum(sizes[start:cut]), sum(sizes[cut:]), config, rate, scaled=scaled, prepaid=prepaid
+    )
+
+
+def range_estimate(
+    folded: int,
+    after: int,
+    config: MaintenanceConfig,
+    rate: Rates,
+    *,
+    scaled: bool = True,
+    prepaid: int = 0,
+) -> FoldEstimate:
+    """The cost model on folding a range of `folded` tokens followed by `after` tokens (the
+    rest of the request, re-missed with the range's summary): it pays when the tokens it
+    removes, over the expected calls, save more than the re-miss (by `fold_margin`).
+
+    `scaled`: the summary grows with the range (`fold_summary_share`), else it keeps the
+    least size; `prepaid`: tokens of the re-miss a later fold pays anyway, not counted.
+    (`fold_min_tokens` is the caller's to check.)"""
     share = config.fold_summary_share if scaled else 0.0
     removed = folded - summary_budget(
         folded, config.fold_summary_tokens, share, config.fold_summary_max_tokens
     )
-    remiss = sum(sizes[start:]) - removed
+    remiss = folded + after - removed
     prepaid = max(0, min(prepaid, remiss))
     cost = (remiss - prepaid) * rate.remiss_per_token * (1.0 + config.fold_margin)
     pays = removed > 0 and removed * rate.saving_per_token > cost

@@ -699,9 +699,13 @@ def _until_fold(
     # before where folds start (the task statement, the conversation kept in view).
     if any(c.index < keeps.start for c in candidates):
         return None
-    folds = [d.call for d in state.decisions if d.apply and d.reason in _FOLD_REASONS]
     # The record keeps the last `_MAX_DECISIONS`: below that it reaches back to call 0.
-    return calls_until_fold(folds, complete=len(state.decisions) < _MAX_DECISIONS)
+    return calls_until_fold(_fold_calls(state), complete=len(state.decisions) < _MAX_DECISIONS)
+
+
+def _fold_calls(state: PilotState) -> list[int]:
+    """The calls at which the thread's recorded folds were taken, in order."""
+    return [d.call for d in state.decisions if d.apply and d.reason in _FOLD_REASONS]
 
 
 def _next_cost_fold(
@@ -729,7 +733,7 @@ def _next_cost_fold(
     # The thread's growth a call: the view after the latest fold's summary over the calls
     # since that fold (before any fold: after the task statement, over every call).
     last_summary = max((i for i, f in enumerate(rendered.folds) if f is not None), default=None)
-    folds = [d.call for d in state.decisions if d.apply and d.reason in _FOLD_REASONS]
+    folds = _fold_calls(state)
     if last_summary is not None and folds:
         tokens, calls = sum(sizes[last_summary + 1 :]), state.calls - folds[-1]
     else:
