@@ -534,21 +534,6 @@ class FoldEstimate:
         )
 
 
-def _estimate(
-    sizes: Sequence[int],
-    start: int,
-    cut: int,
-    config: MaintenanceConfig,
-    rate: Rates,
-    *,
-    scaled: bool = True,
-    prepaid: int = 0,
-) -> FoldEstimate:
-    return range_estimate(
-        sum(sizes[start:cut]), sum(sizes[cut:]), config, rate, scaled=scaled, prepaid=prepaid
-    )
-
-
 def range_estimate(
     folded: int,
     after: int,
@@ -608,7 +593,9 @@ def fold_estimate(
         cut = min(cut, end)
     if cut <= start:
         return None
-    estimate = _estimate(sizes, start, cut, config, rates(config, price, call))
+    folded = sum(sizes[start:cut])
+    rate = rates(config, price, call)
+    estimate = range_estimate(folded, sum(sizes[start:]) - folded, config, rate)
     return None if estimate.removed_tokens < config.fold_min_tokens else estimate
 
 
@@ -646,15 +633,10 @@ def task_fold_estimate(
     It pays by the same rule as a cost-model fold: the saving exceeds the re-miss and the
     fold removes at least `fold_min_tokens` (`cachepilot bench --audit` found smaller
     finished-task folds costing more than they saved on held-out populations)."""
-    estimate = _estimate(
-        sizes,
-        start,
-        cut,
-        config,
-        rates(config, price, 0, expected_calls),
-        scaled=False,
-        prepaid=prepaid,
-    )
+    rate = rates(config, price, 0, expected_calls)
+    folded = sum(sizes[start:cut])
+    after = sum(sizes[start:]) - folded
+    estimate = range_estimate(folded, after, config, rate, scaled=False, prepaid=prepaid)
     if estimate.pays and estimate.removed_tokens < config.fold_min_tokens:
         return replace(estimate, pays=False)
     return estimate
