@@ -31,6 +31,7 @@ from cachepilot.memory.values import SCAN_HEAD, SCAN_TAIL
 from cachepilot.memory.values import output_scores as _output_scores
 from cachepilot.memory.values import ranked as _ranked
 from cachepilot.messages import Message, ToolCall
+from cachepilot.support.foreground import yield_to_foreground
 from cachepilot.support.identity_memo import IdentityMemo
 from cachepilot.support.redact import redact
 from cachepilot.tokens import TokenCounter
@@ -221,6 +222,7 @@ def _collect(messages: Sequence[Message]) -> list[_Source]:
     by_label: dict[str, _Source] = {}
     origin: dict[str, str] = {}  # value → label of the newest output that shows it
     for order, message in enumerate(messages):
+        yield_to_foreground()  # a precomputation's pause (a no-op on a request's thread)
         if message.role == "tool":
             label = labels.get(message.tool_call_id or "") or _bounded(message.name or "tool")
             values = _output_scores(message.text)

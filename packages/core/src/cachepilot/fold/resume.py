@@ -8,6 +8,7 @@ from cachepilot.fold.facts_in_use import facts_in_use, values_in_view
 from cachepilot.fold.request import FoldMode, FoldRequest
 from cachepilot.memory import SessionMemory
 from cachepilot.memory.prefix_memo import SESSION_MEMORIES
+from cachepilot.support.foreground import yield_to_foreground
 from cachepilot.tokens import TokenCounter, get_counter
 
 __all__ = ["DEFAULT_FACTS_SHARE", "ResumeBlockSummarizer"]
@@ -76,6 +77,7 @@ class ResumeBlockSummarizer:
         )
         if not self.facts_share:
             return block
+        yield_to_foreground()  # a precomputation's pause (a no-op on a request's thread)
         kept = request.view_messages[len(request.view_messages) - request.kept_messages :]
         # What the model still sees: the block and the kept tail (found message by message).
         shown = values_in_view([block], kept if request.kept_messages else [])

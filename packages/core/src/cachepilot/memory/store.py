@@ -36,6 +36,7 @@ from cachepilot.memory.tools import (
     command_key,
 )
 from cachepilot.messages import Message, message_keys
+from cachepilot.support.foreground import yield_to_foreground
 from cachepilot.support.redact import redact
 from cachepilot.tokens import TokenCounter
 
@@ -173,6 +174,7 @@ class SessionMemory(BaseModel):
             self._mark_seen(digest)
             self.seq += 1
             new += 1
+            yield_to_foreground()  # a precomputation's pause (a no-op on a request's thread)
             try:
                 self._ingest(message)
             except Exception as exc:  # bad input never stops the agent (DESIGN §2.6)

@@ -19,6 +19,7 @@ from cachepilot.reduce.passes.size import unarchived_preview
 from cachepilot.reduce.stubs import invalid_utf8_note, pointer, recall_call
 from cachepilot.reduce.views import view_key, views_meta
 from cachepilot.refs import make_ref
+from cachepilot.support.foreground import foreground
 from cachepilot.support.log_labels import thread_label
 
 if TYPE_CHECKING:
@@ -430,17 +431,18 @@ class Ingestion(PilotBase):
                 state.revision += 1
             return replacement
 
-        return self._result_views.apply(
-            thread,
-            messages,
-            state.views,
-            ingest=ingest,
-            load=load,
-            shrink=shrink,
-            native=frozenset(native),
-            calls=calls,
-            archive_down=lambda: self._archive_down,
-        )
+        with foreground():  # a precomputation steps aside meanwhile
+            return self._result_views.apply(
+                thread,
+                messages,
+                state.views,
+                ingest=ingest,
+                load=load,
+                shrink=shrink,
+                native=frozenset(native),
+                calls=calls,
+                archive_down=lambda: self._archive_down,
+            )
 
     async def areduce_results(
         self,

@@ -48,6 +48,7 @@ from cachepilot.plan.epochs import Edit, Epoch, PlanView
 from cachepilot.pricing import Price
 from cachepilot.reduce.handles import host_handles
 from cachepilot.sim import get_profile
+from cachepilot.support.foreground import yield_to_foreground
 from cachepilot.support.log_labels import thread_label
 from cachepilot.tokens import TokenCounter, get_counter
 
@@ -179,6 +180,7 @@ class Maintenance(PilotBase):
             rendered = cache.render(canon_messages, state.plan, keys)
             view, view_keys = rendered.messages, rendered.keys
             sizes, view_tokens = cache.sizes(view, counter)
+            yield_to_foreground()  # a precomputation's pauses (no-ops on a request's thread)
             ttl = profile.ttl_seconds
             cold = ttl is not None and idle is not None and idle > ttl
             # A cold cache makes this rewrite free: evaluate the lifecycle now, so everything
@@ -186,6 +188,7 @@ class Maintenance(PilotBase):
             evictable = (
                 self._evictable(state, messages, keys, cache, force=cold) if cfg.evict else {}
             )
+            yield_to_foreground()
             candidates = prune_candidates(
                 view,
                 view_keys,
@@ -201,6 +204,7 @@ class Maintenance(PilotBase):
             # What a fold keeps in view (DESIGN §2.7): a fold starts after the conversation it
             # must keep; without recall no fold takes a user message or a reply.
             keeps = FoldKeeps(rendered, sizes, cfg, counter, recall=recall) if cfg.fold else None
+            yield_to_foreground()
             decision, chosen = decide(
                 call=state.calls,
                 messages=view,
@@ -275,6 +279,7 @@ class Maintenance(PilotBase):
                 decision = cost_fold.decision(state.calls, fold_reason, context, 0)
                 start_key, keep_from = keeps.keys(cost_range)
             if fold_reason is not None:
+                yield_to_foreground()
                 folded = (
                     self._fold_edits(
                         thread=thread,

@@ -20,7 +20,6 @@ import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -32,18 +31,26 @@ from cachepilot.pilot.facade import CachePilot, Config
 from cachepilot.proxy.calls import streamed_call
 from cachepilot.proxy.config import ProxyConfig
 from cachepilot.proxy.deferred import StoreOpener
+from cachepilot.proxy.errors import (
+    STORE_UNAVAILABLE,
+    TOO_DEEP,
+    Answer,
+    error_answer,
+    stream_error,
+)
 from cachepilot.proxy.families import Families
 from cachepilot.proxy.limits import nesting_depth
 from cachepilot.proxy.memory import StoreUnavailableError, ThreadMemory, Threads
 from cachepilot.proxy.pipeline import Pipeline, Prepared
 from cachepilot.proxy.prometheus import ProxyMetrics
 from cachepilot.proxy.recall import answer, recall_calls, strip_recall
-from cachepilot.proxy.relay import Relay, add_usage, sse_bytes
+from cachepilot.proxy.relay import Relay, add_usage
 from cachepilot.proxy.secret import Secret, SecretUnavailableError
 from cachepilot.proxy.stores import open_stores
 from cachepilot.proxy.threads import AUTH_HEADERS, identify
 from cachepilot.recall.tool import RECALL_TOOL_NAME
 from cachepilot.state.base import StateStore
+from cachepilot.support.foreground import foreground, waiting
 from cachepilot.support.log_labels import set_thread_labeler, thread_label
 from cachepilot.usage import Usage
 from cachepilot.wire import (
@@ -85,74 +92,6 @@ _HOP_BY_HOP = frozenset(
 _RESPONSE_DROP = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}
 )
-
-
-@dataclass(slots=True)
-class Answer:
-    """What to send the client: a whole body, or a stream of bytes."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes = b""
-    stream: AsyncIterator[bytes] | None = None
-
-
-_GEMINI_STATUS = {
-    400: "INVALID_ARGUMENT",
-    413: "INVALID_ARGUMENT",
-    502: "UNAVAILABLE",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
-
-
-def _gemini_error(status: int, message: str) -> dict[str, Any]:
-    return {"error": {"code": status, "message": message,
-                      "status": _GEMINI_STATUS.get(status, "INTERNAL")}}  # fmt: skip
-
-
-def _error(
-    api: Api | None, status: int, message: str, code: str = "upstream_unavailable"
-) -> Answer:
-    """An error in the API's own shape (Anthropic, Gemini or OpenAI)."""
-    if api == "gemini":
-        payload: dict[str, Any] = _gemini_error(status, message)
-    elif api == "anthropic":
-        kinds = {504: "timeout_error", 400: "invalid_request_error", 413: "request_too_large"}
-        kind = kinds.get(status, "api_error")
-        payload = {"type": "error", "error": {"type": kind, "message": message}}
-    else:
-        payload = {"error": {"message": message, "type": "proxy_error", "param": None,
-                             "code": code}}  # fmt: skip
-    headers = {"content-type": "application/json"}
-    if status == 503:
-        headers["retry-after"] = "1"
-    return Answer(status, headers, dumps(payload).encode())
-
-
-STORE_UNAVAILABLE = (
-    "cachepilot proxy: its state store is unavailable, so the request was not sent (no "
-    "thread is kept outside the store); retry shortly"
-)
-"""The message of the 503 a request gets while the store cannot give the proxy's secret or
-read or save the request's thread."""
-
-
-_TOO_DEEP = object()
-"""Stands for a body too deeply nested for the JSON parser."""
-
-
-def _stream_error(api: Api, message: str) -> bytes:
-    """An error event for a stream that already started (its status cannot change)."""
-    if api == "gemini":
-        return sse_bytes(None, _gemini_error(502, message))
-    if api == "anthropic":
-        return sse_bytes("error", {"type": "error", "error": {"type": "api_error",
-                                                               "message": message}})  # fmt: skip
-    if api == "responses":
-        return sse_bytes("error", {"type": "error", "code": "upstream_error", "message": message,
-                                   "param": None, "sequence_number": 0})  # fmt: skip
-    return sse_bytes(None, {"error": {"message": message, "type": "proxy_error"}})
 
 
 def _one(messages: Sequence[Message]) -> Message:
@@ -325,6 +264,12 @@ class ProxyEngine:
         self, method: str, path: str, query: str, headers: Mapping[str, str], raw: bytes
     ) -> Answer:
         """Answer one client request (never raises)."""
+        with foreground():  # what is computed ahead waits meanwhile (not for the upstream)
+            return await self._handle(method, path, query, headers, raw)
+
+    async def _handle(
+        self, method: str, path: str, query: str, headers: Mapping[str, str], raw: bytes
+    ) -> Answer:
         headers = {k.lower(): v for k, v in headers.items()}
         api = api_from_path(path)
         if method != "POST" or api is None:
@@ -336,11 +281,11 @@ class ProxyEngine:
         except (UnicodeDecodeError, ValueError):
             body = None
         except RecursionError:
-            body = _TOO_DEEP
+            body = TOO_DEEP
         limit = self.config.max_json_depth
-        if body is _TOO_DEEP or nesting_depth(body, limit) > limit:
+        if body is TOO_DEEP or nesting_depth(body, limit) > limit:
             message = f"request body nested deeper than the proxy's limit of {limit} levels"
-            return _error(api, 400, message, "invalid_request")
+            return error_answer(api, 400, message, "invalid_request")
         if not isinstance(body, dict):
             return await self._passthrough(
                 method=method, path=path, query=query, headers=headers, raw=raw, api=api
@@ -364,7 +309,7 @@ class ProxyEngine:
         try:
             secret = await self.secret()
         except SecretUnavailableError:
-            return _error(api, 503, STORE_UNAVAILABLE, "store_unavailable")
+            return error_answer(api, 503, STORE_UNAVAILABLE, "store_unavailable")
         thread = identify(
             _with_query_key(headers, query) if api == "gemini" else headers,
             view,
@@ -376,7 +321,7 @@ class ProxyEngine:
         try:
             memory = await self.threads.get(await self.families.resolve(thread, view.messages))
         except StoreUnavailableError:
-            return _error(api, 503, STORE_UNAVAILABLE, "store_unavailable")
+            return error_answer(api, 503, STORE_UNAVAILABLE, "store_unavailable")
         if thread.family is not None and self.families.enabled:
             memory.family = thread.family  # so that forgetting the thread finds its family
         digest = hashlib.sha256(raw).hexdigest()  # a resend of the same request is the same call
@@ -384,7 +329,7 @@ class ProxyEngine:
             try:
                 prepared = await self._prepare(view, memory, digest)
             except StoreUnavailableError:
-                return _error(api, 503, STORE_UNAVAILABLE, "store_unavailable")
+                return error_answer(api, 503, STORE_UNAVAILABLE, "store_unavailable")
             except Exception:
                 memory.stale = True  # the preparation may have changed it half-way
                 logger.warning(
@@ -452,7 +397,8 @@ class ProxyEngine:
         request = self.client.build_request(
             method, target, content=payload, headers=self._forward_headers(headers)
         )
-        return await self.client.send(request, stream=True)
+        with waiting():
+            return await self.client.send(request, stream=True)
 
     async def _passthrough(
         self,
@@ -467,9 +413,9 @@ class ProxyEngine:
         try:
             response = await self._send(self._target(path, query), headers, raw, method)
         except httpx.TimeoutException:
-            return _error(api, 504, f"upstream timed out after {self.config.timeout:g} s")
+            return error_answer(api, 504, f"upstream timed out after {self.config.timeout:g} s")
         except httpx.HTTPError as exc:
-            return _error(api, 502, f"upstream unreachable: {type(exc).__name__}")
+            return error_answer(api, 502, f"upstream unreachable: {type(exc).__name__}")
 
         async def relay() -> AsyncIterator[bytes]:
             try:
@@ -492,15 +438,16 @@ class ProxyEngine:
         try:
             response = await self._send(target, headers, dumps(body).encode())
         except httpx.TimeoutException:
-            return None, b"", _error(api, 504, late)
+            return None, b"", error_answer(api, 504, late)
         except httpx.HTTPError as exc:
-            return None, b"", _error(api, 502, f"upstream unreachable: {type(exc).__name__}")
+            return None, b"", error_answer(api, 502, f"upstream unreachable: {type(exc).__name__}")
         try:
-            data = await response.aread()
+            with waiting():
+                data = await response.aread()
         except httpx.TimeoutException:
-            return None, b"", _error(api, 504, late)
+            return None, b"", error_answer(api, 504, late)
         except httpx.HTTPError as exc:
-            return None, b"", _error(api, 502, f"upstream broke off: {type(exc).__name__}")
+            return None, b"", error_answer(api, 502, f"upstream broke off: {type(exc).__name__}")
         finally:
             await response.aclose()
         return response, data, None
@@ -522,7 +469,7 @@ class ProxyEngine:
         while True:
             response, data, failed = await self._post_json(api, target, headers, body)
             if failed is not None or response is None:
-                return failed or _error(api, 502, "upstream failed")
+                return failed or error_answer(api, 502, "upstream failed")
             if response.status_code != 200:
                 resend = None
                 if rounds == 0:
@@ -679,15 +626,15 @@ class ProxyEngine:
         try:
             response = await self._send(target, headers, dumps(prepared.body).encode())
         except httpx.TimeoutException:
-            return _error(api, 504, f"upstream timed out after {self.config.timeout:g} s")
+            return error_answer(api, 504, f"upstream timed out after {self.config.timeout:g} s")
         except httpx.HTTPError as exc:
-            return _error(api, 502, f"upstream unreachable: {type(exc).__name__}")
+            return error_answer(api, 502, f"upstream unreachable: {type(exc).__name__}")
         kind = response.headers.get("content-type", "")
         if response.status_code != 200 or "text/event-stream" not in kind:
             try:
                 data = await response.aread()
             except httpx.HTTPError as exc:
-                return _error(api, 502, f"upstream broke off: {type(exc).__name__}")
+                return error_answer(api, 502, f"upstream broke off: {type(exc).__name__}")
             finally:
                 await response.aclose()
             if _without_marks(prepared, memory, response.status_code, data) is not None:
@@ -737,7 +684,7 @@ class ProxyEngine:
                     logger.warning(
                         "thread %s: upstream stream broke off", self.label(prepared.thread)
                     )
-                    yield _stream_error(api, f"upstream stream broke off: {type(exc).__name__}")
+                    yield stream_error(api, f"upstream stream broke off: {type(exc).__name__}")
                     return
                 for event in splitter.close():
                     if chainable:
@@ -783,18 +730,19 @@ class ProxyEngine:
                 try:
                     current = await self._send(target, headers, dumps(body).encode())
                 except httpx.HTTPError as exc:
-                    yield _stream_error(api, f"upstream unreachable: {type(exc).__name__}")
+                    yield stream_error(api, f"upstream unreachable: {type(exc).__name__}")
                     return
                 if current.status_code != 200:
                     status = current.status_code
                     detail = (await current.aread()).decode("utf-8", "replace")[:500]
                     await current.aclose()
                     current = None
-                    yield _stream_error(api, f"upstream answered {status}: {detail}")
+                    yield stream_error(api, f"upstream answered {status}: {detail}")
                     return
                 relay = relay.next_round()
                 rounds += 1
         finally:
             if current is not None:
                 await current.aclose()
-            await self.threads.save(memory)
+            with foreground():
+                await self.threads.save(memory)

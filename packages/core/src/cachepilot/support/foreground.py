@@ -1,0 +1,116 @@
+"""Requests first: background work that steps aside while a request is being prepared.
+
+A thread's precomputation (`CachePilot.precompute_soon`) runs on a worker thread of the
+process that serves the requests. In CPython the two take turns on one interpreter lock, and
+a thread that gave it up (every store write, every socket read, every hop to a worker
+thread) waits up to the switch interval (5 ms) to get it back while the other computes. A
+request prepared while a precomputation runs thus waits on it, several times over, although
+the precomputation only ever saves later work.
+
+So the request path says when it works (`foreground`, and `waiting` around what it waits
+for), and background work stops at its next `yield_to_foreground` until no request is being
+prepared: at most `MAX_WAIT_SECONDS` at a time, so that a process that is never idle still
+finishes it, only later. Only threads marked with `background_work` ever wait; anywhere else
+`yield_to_foreground` returns at once. Nothing here changes what is computed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+__all__ = [
+    "MAX_WAIT_SECONDS",
+    "background_work",
+    "foreground",
+    "in_foreground",
+    "requests_in_foreground",
+    "waiting",
+    "yield_to_foreground",
+]
+
+MAX_WAIT_SECONDS = 0.05
+"""The longest background work waits at one point for the requests in flight to be done."""
+
+
+class _Gate:
+    """How many requests are in a foreground stretch now (all threads, all tasks)."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.condition = threading.Condition()
+
+    def add(self, delta: int) -> None:
+        with self.condition:
+            self.active += delta
+            if self.active == 0:
+                self.condition.notify_all()
+
+
+_gate = _Gate()
+_held: ContextVar[bool] = ContextVar("cachepilot_foreground", default=False)
+_local = threading.local()
+
+
+@contextmanager
+def foreground() -> Iterator[None]:
+    """Mark a request's own work (nested uses count once per task or thread: the context
+    is per asyncio task and per thread)."""
+    if _held.get():
+        yield
+        return
+    token = _held.set(True)
+    _gate.add(1)
+    try:
+        yield
+    finally:
+        _gate.add(-1)
+        _held.reset(token)
+
+
+@contextmanager
+def waiting() -> Iterator[None]:
+    """Inside `foreground`: the request waits for something else (the upstream), and
+    background work may go on meanwhile. Outside it, nothing."""
+    if not _held.get():
+        yield
+        return
+    token = _held.set(False)
+    _gate.add(-1)
+    try:
+        yield
+    finally:
+        _gate.add(1)
+        _held.reset(token)
+
+
+def in_foreground() -> bool:
+    """True in a request's foreground stretch (this task or thread)."""
+    return _held.get()
+
+
+def requests_in_foreground() -> int:
+    """How many requests are in a foreground stretch now, in the whole process."""
+    return _gate.active
+
+
+@contextmanager
+def background_work() -> Iterator[None]:
+    """Mark the current thread's work as the kind that steps aside for requests."""
+    previous = getattr(_local, "background", False)
+    _local.background = True
+    try:
+        yield
+    finally:
+        _local.background = previous
+
+
+def yield_to_foreground() -> None:
+    """On a `background_work` thread, wait while a request is being prepared (at most
+    `MAX_WAIT_SECONDS`); anywhere else, return at once. Cheap enough for a loop."""
+    if not _gate.active or not getattr(_local, "background", False):
+        return
+    with _gate.condition:
+        _gate.condition.wait_for(lambda: _gate.active == 0, timeout=MAX_WAIT_SECONDS)

@@ -1,0 +1,123 @@
+"""Background work steps aside for requests (`cachepilot.support.foreground`): a thread
+marked `background_work` stops at `yield_to_foreground` while any request is in a
+foreground stretch, goes on when none is (or after `MAX_WAIT_SECONDS`), and nothing else
+ever waits there."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from cachepilot.support import foreground as fg
+from cachepilot.support.foreground import (
+    background_work,
+    foreground,
+    in_foreground,
+    requests_in_foreground,
+    waiting,
+    yield_to_foreground,
+)
+
+PATIENCE = 5.0
+"""How long a test waits for something that must happen (never reached when it works)."""
+
+
+@pytest.fixture(autouse=True)
+def _long_waits(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # A pause that ended by its time limit would look like a pause that ended on release.
+    monkeypatch.setattr(fg, "MAX_WAIT_SECONDS", 60.0)
+    assert requests_in_foreground() == 0
+    yield
+    assert requests_in_foreground() == 0
+
+
+def _background_pass(passed: threading.Event, reached: threading.Event) -> threading.Thread:
+    def run() -> None:
+        with background_work():
+            reached.set()
+            yield_to_foreground()
+            passed.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_background_work_waits_while_a_request_is_in_the_foreground() -> None:
+    passed, reached = threading.Event(), threading.Event()
+    with foreground():
+        assert requests_in_foreground() == 1
+        thread = _background_pass(passed, reached)
+        assert reached.wait(PATIENCE)
+        # Had it not waited, it would have passed at once.
+        assert not passed.wait(0.3)
+    assert passed.wait(PATIENCE)
+    thread.join(PATIENCE)
+
+
+def test_background_work_goes_on_while_the_request_waits_for_the_upstream() -> None:
+    passed, reached = threading.Event(), threading.Event()
+    with foreground():
+        with waiting():
+            assert requests_in_foreground() == 0
+            assert not in_foreground()
+            _background_pass(passed, reached).join(PATIENCE)
+            assert passed.is_set()
+        assert requests_in_foreground() == 1
+        assert in_foreground()
+
+
+def test_only_background_threads_ever_wait() -> None:
+    passed = threading.Event()
+
+    def request_thread() -> None:
+        yield_to_foreground()  # not marked: returns at once though a request is in flight
+        passed.set()
+
+    with foreground():
+        thread = threading.Thread(target=request_thread, daemon=True)
+        thread.start()
+        assert passed.wait(PATIENCE)
+        yield_to_foreground()  # the request's own thread neither
+    thread.join(PATIENCE)
+
+
+def test_a_pause_ends_after_its_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fg, "MAX_WAIT_SECONDS", 0.01)
+    passed, reached = threading.Event(), threading.Event()
+    with foreground():
+        _background_pass(passed, reached)
+        # A process that is never idle still finishes its background work.
+        assert passed.wait(PATIENCE)
+
+
+def test_nested_stretches_count_once_and_each_task_counts_alone() -> None:
+    seen: list[int] = []
+
+    async def request(inside: asyncio.Barrier, read: asyncio.Barrier) -> None:
+        with foreground():
+            with foreground():  # e.g. the pilot's prepare inside the proxy's request
+                await inside.wait()
+                seen.append(requests_in_foreground())
+                # The pilot's work runs in a worker thread: it is the request's stretch.
+                seen.append(await asyncio.to_thread(requests_in_foreground))
+                assert await asyncio.to_thread(in_foreground)
+                await read.wait()  # neither leaves before both have read
+
+    async def main() -> None:
+        inside, read = asyncio.Barrier(2), asyncio.Barrier(2)
+        await asyncio.gather(request(inside, read), request(inside, read))
+
+    asyncio.run(main())
+    assert seen == [2, 2, 2, 2]
+
+
+def test_a_stretch_is_released_when_the_request_fails() -> None:
+    with pytest.raises(RuntimeError), foreground():
+        assert requests_in_foreground() == 1
+        raise RuntimeError("the request's own error")
+    assert requests_in_foreground() == 0
+    assert not in_foreground()
