@@ -98,14 +98,14 @@ def test_nested_stretches_count_once_and_each_task_counts_alone() -> None:
     seen: list[int] = []
 
     async def request(inside: asyncio.Barrier, read: asyncio.Barrier) -> None:
-        with foreground():
-            with foreground():  # e.g. the pilot's prepare inside the proxy's request
-                await inside.wait()
-                seen.append(requests_in_foreground())
-                # The pilot's work runs in a worker thread: it is the request's stretch.
-                seen.append(await asyncio.to_thread(requests_in_foreground))
-                assert await asyncio.to_thread(in_foreground)
-                await read.wait()  # neither leaves before both have read
+        # The inner one stands for the pilot's prepare inside the proxy's request.
+        with foreground(), foreground():
+            await inside.wait()
+            seen.append(requests_in_foreground())
+            # The pilot's work runs in a worker thread: it is the request's stretch.
+            seen.append(await asyncio.to_thread(requests_in_foreground))
+            assert await asyncio.to_thread(in_foreground)
+            await read.wait()  # neither leaves before both have read
 
     async def main() -> None:
         inside, read = asyncio.Barrier(2), asyncio.Barrier(2)

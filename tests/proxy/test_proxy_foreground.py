@@ -33,13 +33,19 @@ def _body(stream: bool) -> bytes:
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [{"id": "call_1", "type": "function",
-                            "function": {"name": "bash", "arguments": '{"command": "make"}'}}],
-        },  # fmt: skip
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": '{"command": "make"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "error: x\n" * 400},
     ]
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
-    return json.dumps({"model": "m", "stream": stream, "messages": messages, "tools": tools}).encode()
+    body = {"model": "m", "stream": stream, "messages": messages, "tools": tools}
+    return json.dumps(body).encode()
 
 
 def _stream_reply() -> bytes:
