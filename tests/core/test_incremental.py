@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cachepilot.artifacts import InMemoryArtifactStore
-from cachepilot.maintenance.policy import MaintenanceConfig, decide, fold_pays, prune_candidates
+from cachepilot.maintenance.fold_cost import fold_pays
+from cachepilot.maintenance.policy import MaintenanceConfig, decide, prune_candidates
 from cachepilot.messages import (
     Message,
     PairingScanner,

@@ -451,7 +451,7 @@ def test_finished_task_folds_are_on_by_default_and_can_be_turned_off() -> None:
 
 
 def test_task_fold_cost_model_by_hand() -> None:
-    from cachepilot.maintenance.policy import task_fold_estimate
+    from cachepilot.maintenance.fold_cost import task_fold_estimate
 
     sizes = [100, 5_000, 5_000, 200, 300]  # task statement, finished task, current task
     cfg = MaintenanceConfig(fold_summary_tokens=500)
@@ -468,7 +468,7 @@ def test_task_fold_cost_model_by_hand() -> None:
 
 
 def test_a_finished_task_fold_pays_by_the_rule_of_cost_model_folds() -> None:
-    from cachepilot.maintenance.policy import task_fold_estimate
+    from cachepilot.maintenance.fold_cost import task_fold_estimate
 
     sizes = [100, 2_500, 2_500, 200, 300]  # removes 4,500 tokens: below the least fold
     cfg = MaintenanceConfig(fold_summary_tokens=500)
@@ -485,7 +485,7 @@ def test_a_finished_task_fold_pays_by_the_rule_of_cost_model_folds() -> None:
 
 
 def test_a_fold_pays_only_past_the_margin() -> None:
-    from cachepilot.maintenance.policy import task_fold_estimate
+    from cachepilot.maintenance.fold_cost import task_fold_estimate
 
     sizes = [100, 5_000, 5_000, 200, 300]
     # saving 9,500 × 0.1e-6 × 2 = 0.0019 against a re-miss of 1,000 × 0.9e-6 = 0.0009:
@@ -579,8 +579,8 @@ def test_the_next_cost_model_fold_is_predicted_by_its_own_rule() -> None:
 
 
 def test_a_finished_task_fold_counts_the_re_miss_the_next_fold_would_pay_anyway() -> None:
+    from cachepilot.maintenance.fold_cost import task_fold_estimate
     from cachepilot.maintenance.next_fold import prepaid_remiss
-    from cachepilot.maintenance.policy import task_fold_estimate
 
     sizes = [100, 5_000, 5_000, 200, 3_000]  # task statement, finished task, current task
     cfg = MaintenanceConfig(fold_summary_tokens=500, fold_summary_share=0.2)

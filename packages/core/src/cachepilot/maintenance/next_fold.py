@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from cachepilot.fold.request import summary_budget
-from cachepilot.maintenance.policy import MaintenanceConfig, range_estimate, rates
+from cachepilot.maintenance.fold_cost import range_estimate
+from cachepilot.maintenance.policy import MaintenanceConfig, rates
 from cachepilot.pricing import Price
 
 __all__ = ["NextFold", "calls_until_cost_fold", "calls_until_fold", "prepaid_remiss"]
@@ -74,14 +75,16 @@ def calls_until_cost_fold(
     config: MaintenanceConfig,
     price: Price,
     limit: int,
+    earlier: int = 0,
 ) -> NextFold | None:
     """The first call from `call` on at which a cost-model fold pays on its own, or None
-    when none does within `limit` calls.
+    when none does within `limit` calls (`earlier`: the earlier summary opening the range,
+    `fold_cost.range_estimate`).
 
     `folded`: tokens of the range the cost-model fold would take now; `after`: tokens after
     it (the protected tail, which stays about that size); `growth`: tokens the range gains a
-    call. The fold at call `call + j` pays by the rule of `policy.fold_estimate`
-    (`policy.range_estimate`): it removes
+    call. The fold at call `call + j` pays by the rule of `fold_cost.fold_estimate`
+    (`fold_cost.range_estimate`): it removes
     the range less its summary, at least `fold_min_tokens`, and that saving over the expected
     remaining calls exceeds the re-miss of its summary and the tail (by `fold_margin`).
     Linear in `limit` (at most `max_expected_calls` in practice).
@@ -89,7 +92,8 @@ def calls_until_cost_fold(
     growth = max(0.0, growth)
     for j in range(max(0, limit) + 1):
         size = folded + round(growth * j)
-        estimate = range_estimate(size, after, config, rates(config, price, call + j))
+        rate = rates(config, price, call + j)
+        estimate = range_estimate(size, after, config, rate, earlier=earlier)
         if estimate.removed_tokens >= config.fold_min_tokens and estimate.pays:
             return NextFold(j, size)
     return None

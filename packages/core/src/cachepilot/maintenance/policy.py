@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from cachepilot.fold.request import summary_budget
 from cachepilot.messages import Message
 from cachepilot.plan.arguments import ReducedArguments, reduce_arguments
 from cachepilot.plan.epochs import Edit
@@ -42,20 +41,16 @@ from cachepilot.tokens import TokenCounter
 __all__ = [
     "Candidate",
     "Decision",
-    "FoldEstimate",
     "MaintenanceConfig",
     "Rates",
     "argument_plan",
     "build_edits",
     "decide",
-    "fold_estimate",
-    "fold_pays",
     "is_stub",
+    "message_sizes",
     "prune_candidates",
-    "range_estimate",
     "rates",
     "stub_text",
-    "task_fold_estimate",
 ]
 
 _STUB_MAX_LABEL = 60
@@ -454,7 +449,7 @@ def _sizer(
     return lambda i: known[i]
 
 
-def _all_sizes(
+def message_sizes(
     messages: Sequence[Message], counter: TokenCounter, sizes: Sequence[int] | None
 ) -> Sequence[int]:
     if sizes is None:
@@ -502,146 +497,6 @@ def rates(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class FoldEstimate:
-    """The cost model's view of one possible fold."""
-
-    pays: bool
-    """The expected saving exceeds the re-miss."""
-    removed_tokens: int
-    """Tokens the fold removes from every later request (range minus summary)."""
-    remiss_tokens: int
-    """Tokens from the range's start on, billed again at the miss price once."""
-    rate: Rates
-    prepaid_tokens: int = 0
-    """Of `remiss_tokens`, what a later fold would re-miss anyway (its summary smaller by
-    what this fold condenses, see `task_fold_estimate`): not counted against this fold."""
-
-    def decision(self, call: int, reason: str, context_tokens: int, candidates: int) -> Decision:
-        """The scheduler record of applying this fold."""
-        remiss = max(0, self.remiss_tokens - self.prepaid_tokens)
-        return Decision(
-            call=call,
-            apply=True,
-            reason=reason,
-            candidates=candidates,
-            removed_tokens=self.removed_tokens,
-            remiss_tokens=self.remiss_tokens,
-            expected_calls=self.rate.expected_calls,
-            saving_usd=round(self.removed_tokens * self.rate.saving_per_token, 6),
-            cost_usd=round(remiss * self.rate.remiss_per_token, 6),
-            context_tokens=context_tokens,
-        )
-
-
-def range_estimate(
-    folded: int,
-    after: int,
-    config: MaintenanceConfig,
-    rate: Rates,
-    *,
-    scaled: bool = True,
-    prepaid: int = 0,
-) -> FoldEstimate:
-    """The cost model on folding a range of `folded` tokens followed by `after` tokens (the
-    rest of the request, re-missed with the range's summary): it pays when the tokens it
-    removes, over the expected calls, save more than the re-miss (by `fold_margin`).
-
-    `scaled`: the summary grows with the range (`fold_summary_share`), else it keeps the
-    least size; `prepaid`: tokens of the re-miss a later fold pays anyway, not counted.
-    (`fold_min_tokens` is the caller's to check.)"""
-    share = config.fold_summary_share if scaled else 0.0
-    removed = folded - summary_budget(
-        folded, config.fold_summary_tokens, share, config.fold_summary_max_tokens
-    )
-    remiss = folded + after - removed
-    prepaid = max(0, min(prepaid, remiss))
-    cost = (remiss - prepaid) * rate.remiss_per_token * (1.0 + config.fold_margin)
-    pays = removed > 0 and removed * rate.saving_per_token > cost
-    return FoldEstimate(pays, removed, remiss, rate, prepaid)
-
-
-def fold_estimate(
-    view: Sequence[Message],
-    counter: TokenCounter,
-    config: MaintenanceConfig,
-    price: Price,
-    call: int,
-    *,
-    sizes: Sequence[int] | None = None,
-    begin: int | None = None,
-    end: int | None = None,
-) -> FoldEstimate | None:
-    """The cost model on folding everything between the task statement and the protected
-    tail; None when that range would remove fewer than `fold_min_tokens`.
-
-    `sizes`: `counter.count_message` of each view message, when the caller keeps them.
-    `begin`, `end`: the range starts at or ends before these view indices instead (a stretch
-    between the conversation the fold keeps in view, see `cachepilot.fold.keep`).
-    """
-    sizes = _all_sizes(view, counter, sizes)
-    first_user = next((i for i, m in enumerate(view) if m.role == "user"), None)
-    if first_user is None:
-        return None
-    tail = 0
-    cut = len(sizes)
-    while cut > first_user + 1 and tail < config.fold_protect_tokens:
-        cut -= 1
-        tail += sizes[cut]
-    start = first_user + 1 if begin is None else max(first_user + 1, begin)
-    if end is not None:
-        cut = min(cut, end)
-    if cut <= start:
-        return None
-    folded = sum(sizes[start:cut])
-    rate = rates(config, price, call)
-    estimate = range_estimate(folded, sum(sizes[start:]) - folded, config, rate)
-    return None if estimate.removed_tokens < config.fold_min_tokens else estimate
-
-
-def fold_pays(
-    view: Sequence[Message],
-    counter: TokenCounter,
-    config: MaintenanceConfig,
-    price: Price,
-    call: int,
-    *,
-    sizes: Sequence[int] | None = None,
-) -> bool:
-    """True when folding everything between the task statement and the protected tail is
-    expected to save more over the remaining calls than the re-miss it causes."""
-    estimate = fold_estimate(view, counter, config, price, call, sizes=sizes)
-    return estimate is not None and estimate.pays
-
-
-def task_fold_estimate(
-    sizes: Sequence[int],
-    start: int,
-    cut: int,
-    *,
-    config: MaintenanceConfig,
-    price: Price,
-    expected_calls: int,
-    prepaid: int = 0,
-) -> FoldEstimate:
-    """The cost model on folding view messages `[start, cut)` (finished tasks) into one
-    summary, over `expected_calls` remaining calls (`sizes`: tokens per view message).
-    Finished work is not in use: its summary keeps the least size, `fold_summary_tokens`.
-    `prepaid`: tokens of its re-miss a later fold would re-miss anyway
-    (`next_fold.prepaid_remiss`), not counted against it.
-
-    It pays by the same rule as a cost-model fold: the saving exceeds the re-miss and the
-    fold removes at least `fold_min_tokens` (`cachepilot bench --audit` found smaller
-    finished-task folds costing more than they saved on held-out populations)."""
-    rate = rates(config, price, 0, expected_calls)
-    folded = sum(sizes[start:cut])
-    after = sum(sizes[start:]) - folded
-    estimate = range_estimate(folded, after, config, rate, scaled=False, prepaid=prepaid)
-    if estimate.pays and estimate.removed_tokens < config.fold_min_tokens:
-        return replace(estimate, pays=False)
-    return estimate
-
-
 def decide(
     *,
     call: int,
@@ -686,7 +541,7 @@ def decide(
     )
     if not config.enabled or not totals.edits or totals.first_index is None:
         return record, []
-    all_sizes = _all_sizes(messages, counter, sizes)
+    all_sizes = message_sizes(messages, counter, sizes)
     remiss = sum(all_sizes[totals.first_index :])
     rate = rates(config, price, call)
     if until_fold is not None and until_fold < rate.expected_calls:
@@ -763,7 +618,7 @@ def _best_cut(
         cut pays.
     """
     ordered = sorted(edits, key=lambda c: c.index)
-    sizes = _all_sizes(messages, counter, sizes)
+    sizes = message_sizes(messages, counter, sizes)
     best: tuple[list[Candidate], int, int, float, float] | None = None
     best_net = 0.0
     removed = 0

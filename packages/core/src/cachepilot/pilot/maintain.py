@@ -18,6 +18,12 @@ from cachepilot.fold import (
     plan_fold,
 )
 from cachepilot.lifecycle import LifecycleRegistry, SegmentState
+from cachepilot.maintenance.fold_cost import (
+    FoldEstimate,
+    earlier_summary_tokens,
+    fold_estimate,
+    task_fold_estimate,
+)
 from cachepilot.maintenance.next_fold import (
     NextFold,
     calls_until_cost_fold,
@@ -27,15 +33,12 @@ from cachepilot.maintenance.next_fold import (
 from cachepilot.maintenance.pointers import restore_pointers
 from cachepilot.maintenance.policy import (
     Candidate,
-    FoldEstimate,
     MaintenanceConfig,
     argument_plan,
     build_edits,
     decide,
-    fold_estimate,
     prune_candidates,
     stub_text,
-    task_fold_estimate,
 )
 from cachepilot.maintenance.settle import settle
 from cachepilot.maintenance.view_cache import ViewCache
@@ -517,6 +520,7 @@ class Maintenance(PilotBase):
                 keeps,
                 cfg=cfg,
                 price=price,
+                counter=counter,
                 start=start,
                 cut=cut,
                 # Within the calls the fold is priced over (the search is linear in them).
@@ -721,6 +725,7 @@ def _next_cost_fold(
     *,
     cfg: MaintenanceConfig,
     price: Price,
+    counter: TokenCounter,
     start: int,
     cut: int,
     limit: int,
@@ -751,6 +756,7 @@ def _next_cost_fold(
         config=cfg,
         price=price,
         limit=limit,
+        earlier=earlier_summary_tokens(rendered.messages[begin], counter),
     )
 
 
