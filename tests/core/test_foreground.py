@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from cachepilot.fold.ahead import ExactMemo, ahead_context
+from cachepilot.messages import Message
 from cachepilot.support import foreground as fg
 from cachepilot.support.foreground import (
     background_work,
@@ -121,3 +123,38 @@ def test_a_stretch_is_released_when_the_request_fails() -> None:
         raise RuntimeError("the request's own error")
     assert requests_in_foreground() == 0
     assert not in_foreground()
+
+
+def test_background_work_a_request_waits_for_does_not_pause() -> None:
+    """A request that needs a stage being computed ahead waits for it: the background work
+    computing it goes on though the request is in the foreground (else each of its pauses
+    would last `MAX_WAIT_SECONDS`)."""
+    memo: ExactMemo[str] = ExactMemo()
+    messages = (Message("user", "Fix the build."),)
+    started, go = threading.Event(), threading.Event()
+    got: list[str] = []
+
+    def ahead() -> str:
+        started.set()
+        assert go.wait(PATIENCE)
+        for _ in range(3):
+            yield_to_foreground()
+        return "computed ahead"
+
+    def precompute() -> None:
+        with background_work(), ahead_context():
+            memo.get("stage", (messages,), ahead)
+
+    def request() -> None:
+        with foreground():
+            got.append(memo.get("stage", (messages,), lambda: "computed by the request"))
+
+    background = threading.Thread(target=precompute, daemon=True)
+    background.start()
+    assert started.wait(PATIENCE)
+    waiter = threading.Thread(target=request, daemon=True)
+    waiter.start()
+    go.set()
+    waiter.join(PATIENCE)
+    assert got == ["computed ahead"]
+    background.join(PATIENCE)

@@ -34,6 +34,7 @@ from typing import Any, Generic, TypeVar
 
 from cachepilot.artifacts.base import encode_payload
 from cachepilot.messages import Message, ToolCall
+from cachepilot.support.foreground import awaiting_background
 from cachepilot.support.identity_memo import still_held
 
 __all__ = [
@@ -148,7 +149,8 @@ class ExactMemo(Generic[T]):
             if not entry.done.is_set():
                 if not ahead and entry.ahead:
                     self.stats.waited += 1
-                entry.done.wait()
+                with awaiting_background():  # the one computing it must not pause for us
+                    entry.done.wait()
             if entry.ok:
                 if not ahead and entry.ahead and not entry.used:
                     entry.used = True

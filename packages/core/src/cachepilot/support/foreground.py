@@ -10,8 +10,10 @@ the precomputation only ever saves later work.
 So the request path says when it works (`foreground`, and `waiting` around what it waits
 for), and background work stops at its next `yield_to_foreground` until no request is being
 prepared: at most `MAX_WAIT_SECONDS` at a time, so that a process that is never idle still
-finishes it, only later. Only threads marked with `background_work` ever wait; anywhere else
-`yield_to_foreground` returns at once. Nothing here changes what is computed.
+finishes it, only later, and never while a request waits for its result
+(`awaiting_background`: the summary stage of a fold computed ahead). Only threads marked
+with `background_work` ever wait; anywhere else `yield_to_foreground` returns at once.
+Nothing here changes what is computed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from contextvars import ContextVar
 
 __all__ = [
     "MAX_WAIT_SECONDS",
+    "awaiting_background",
     "background_work",
     "foreground",
     "in_foreground",
@@ -40,6 +43,7 @@ class _Gate:
 
     def __init__(self) -> None:
         self.active = 0
+        self.awaited = 0  # requests waiting for a result background work is computing
         self.condition = threading.Condition()
 
     def add(self, delta: int) -> None:
@@ -47,6 +51,15 @@ class _Gate:
             self.active += delta
             if self.active == 0:
                 self.condition.notify_all()
+
+    def await_background(self, delta: int) -> None:
+        with self.condition:
+            self.awaited += delta
+            if self.awaited > 0:
+                self.condition.notify_all()
+
+    def paused(self) -> bool:
+        return self.active > 0 and self.awaited == 0
 
 
 _gate = _Gate()
@@ -107,10 +120,22 @@ def background_work() -> Iterator[None]:
         _local.background = previous
 
 
+@contextmanager
+def awaiting_background() -> Iterator[None]:
+    """A request waits for a result background work is computing (a fold's summary stage
+    computed ahead): no background work pauses meanwhile, or the request would wait on it."""
+    _gate.await_background(1)
+    try:
+        yield
+    finally:
+        _gate.await_background(-1)
+
+
 def yield_to_foreground() -> None:
     """On a `background_work` thread, wait while a request is being prepared (at most
-    `MAX_WAIT_SECONDS`); anywhere else, return at once. Cheap enough for a loop."""
+    `MAX_WAIT_SECONDS`; not while a request awaits background work); anywhere else, return
+    at once. Cheap enough for a loop."""
     if not _gate.active or not getattr(_local, "background", False):
         return
     with _gate.condition:
-        _gate.condition.wait_for(lambda: _gate.active == 0, timeout=MAX_WAIT_SECONDS)
+        _gate.condition.wait_for(lambda: not _gate.paused(), timeout=MAX_WAIT_SECONDS)
