@@ -92,8 +92,8 @@ def test_a_delta_not_made_here_is_refused() -> None:
 
 def test_a_preparation_save_is_not_twice_the_state(tmp_path: Path) -> None:
     """30 requests on SQLite: the save made before a request is sent (it keeps what prepares a
-    resend again) stays within 10 % of the save after its answer; the earlier layout, the
-    whole earlier document inside it, was about 2x."""
+    resend again) stays within 10 % of the save after its answer at the median request; the
+    earlier layout, the whole earlier document inside it, was about 2x at every request."""
     store = SQLiteStateStore(tmp_path / "proxy.sqlite")
     sizes: dict[bool, list[int]] = {True: [], False: []}
     save_if = store.save_if
@@ -125,7 +125,10 @@ def test_a_preparation_save_is_not_twice_the_state(tmp_path: Path) -> None:
 
     asyncio.run(go())
     assert len(sizes[True]) == len(sizes[False]) == 30
-    assert sizes[True][-1] < 1.1 * sizes[False][-1], (sizes[True][-1], sizes[False][-1])
+    # A maintenance point's holds what its epoch replaced (about 1.8x here, one call in
+    # three): the median request's is a plain one's.
+    ratios = sorted(t / f for t, f in zip(sizes[True], sizes[False], strict=True))
+    assert ratios[len(ratios) // 2] < 1.1, ratios
     assert sum(sizes[True]) < 1.4 * sum(sizes[False])
 
 
