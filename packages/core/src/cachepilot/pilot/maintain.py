@@ -51,7 +51,7 @@ from cachepilot.plan.epochs import Edit, Epoch, PlanView
 from cachepilot.pricing import Price
 from cachepilot.reduce.handles import host_handles
 from cachepilot.sim import get_profile
-from cachepilot.support.foreground import yield_to_foreground
+from cachepilot.support.foreground import foreground, yield_to_foreground
 from cachepilot.support.log_labels import thread_label
 from cachepilot.tokens import TokenCounter, get_counter
 
@@ -86,7 +86,7 @@ class Maintenance(PilotBase):
         check_pilot_thread(thread)
         check_request(system, messages, tools)
         state = self.state(thread)
-        with self._lock:
+        with foreground(), self._lock:  # a precomputation steps aside meanwhile
             in_tools = self._with_recall(tools, recall)
             # A scratch copy: the real frozen values change only with an epoch.
             scratch = state.canonical.model_copy(deep=True)
@@ -421,7 +421,7 @@ class Maintenance(PilotBase):
         check_pilot_thread(thread)
         check_request(system, messages, tools)
         state = self.state(thread)
-        with self._lock:
+        with foreground(), self._lock:  # a precomputation steps aside meanwhile
             try:
                 # A scratch copy: the real frozen values change only with an epoch.
                 scratch = state.canonical.model_copy(deep=True)
