@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
+
+import pytest
 
 from cachepilot.artifacts import InMemoryArtifactStore
 from cachepilot.fold.request import FOLD_HEADER_PREFIX
@@ -97,3 +100,70 @@ def test_each_fold_removes_about_what_the_cost_model_expected() -> None:
         checked += 1
         previous_view = view
     assert checked >= 5
+
+
+def test_the_re_miss_a_later_fold_pays_anyway_counts_the_summary_that_opens_it() -> None:
+    """A finished-task fold before a cost-model fold whose range opens with an earlier
+    summary of 3,000 tokens: that fold's summary is never smaller (`plan_fold`), so what
+    the finished-task fold spares it depends on whether it takes that summary."""
+    from cachepilot.maintenance.next_fold import prepaid_remiss
+
+    cfg = MaintenanceConfig(fold_summary_tokens=500, fold_summary_share=0.2)
+    # The later fold takes 12,000 tokens: a share of 2,400, but 3,000 (the earlier summary).
+    # Taking that summary with the tasks, this fold leaves it 2,000 tokens and a 500-token
+    # summary: its summary is 500, so 2,500 of its re-miss are paid once either way.
+    assert prepaid_remiss(10_000, 12_000, cfg, earlier=3_000, takes_earlier=True) == 2_500
+    # Folding tasks after it, the later fold still opens with that summary: 3,000 either
+    # way, and nothing of its re-miss is spared.
+    assert prepaid_remiss(9_000, 12_000, cfg, earlier=3_000, takes_earlier=False) == 0
+    # Without an earlier summary (or a share of 0), the summaries scale with the ranges.
+    assert prepaid_remiss(10_000, 12_000, cfg) == 2_400 - 500
+    flat = MaintenanceConfig(fold_summary_tokens=500, fold_summary_share=0.0)
+    assert prepaid_remiss(10_000, 12_000, flat, earlier=3_000, takes_earlier=True) == 0
+
+
+def _tasks(tasks: list[tuple[int, int]]) -> list[list[Message]]:
+    """The transcript before each model call: tasks of (calls, output tokens), each later
+    one opened by a new user turn."""
+    history = [Message("user", "Fix the failing tests, please.")]
+    snapshots = []
+    for k, (calls, size) in enumerate(tasks):
+        for n in range(calls):
+            if k and not n:
+                history.append(Message("user", f"Next: part {k}."))
+            snapshots.append(list(history))
+            call = ToolCall(f"c{k}_{n}", "bash", json.dumps({"command": f"run {k} {n}"}))
+            lines = (f"line {i} of output {k}/{n}: value={i * 7 + n}" for i in range(size // 30))
+            body = "\n".join(lines)
+            history.append(Message("assistant", f"thinking {k}/{n}", tool_calls=(call,)))
+            history.append(Message("tool", body, tool_call_id=call.id, name="bash"))
+    return snapshots
+
+
+def test_a_finished_task_fold_prices_the_next_fold_with_the_summary_that_opens_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The finished-task fold's share of the next cost-model fold's re-miss is priced with
+    the earlier summary that opens that fold's range (`prepaid_remiss`)."""
+    from cachepilot.maintenance import next_fold
+    from cachepilot.pilot import maintain
+
+    counter = get_counter()
+    seen: list[tuple[dict[str, Any], int]] = []
+    view: list[Message] = []
+
+    def recording(*args: Any, **kwargs: Any) -> int:
+        opening = next((m for m in view if earlier_summary_tokens(m, counter)), None)
+        expected = earlier_summary_tokens(opening, counter) if opening is not None else 0
+        seen.append((kwargs, expected))
+        return next_fold.prepaid_remiss(*args, **kwargs)
+
+    monkeypatch.setattr(maintain, "prepaid_remiss", recording)
+    pilot = CachePilot(Config(), store=InMemoryArtifactStore())
+    for t, snapshot in enumerate(_tasks([(14, 2_000), (30, 1_800), (15, 1_800)])):
+        _, view, _ = pilot.prepare("You are a coder.", snapshot, (), "t", now=t * 10.0)
+    opened = [(kwargs, expected) for kwargs, expected in seen if expected]
+    assert opened  # a finished task was priced after an earlier fold
+    for kwargs, expected in opened:
+        assert kwargs.get("earlier") == expected
+        assert kwargs.get("takes_earlier") is True  # both ranges open with that summary

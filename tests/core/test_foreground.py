@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -158,3 +159,83 @@ def test_background_work_a_request_waits_for_does_not_pause() -> None:
     waiter.join(PATIENCE)
     assert got == ["computed ahead"]
     background.join(PATIENCE)
+
+
+def test_background_work_under_sustained_load_waits_by_what_it_ran_not_by_its_pauses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Requests that never stop coming: each pause would end by its time limit. Background
+    work with a pause at every message of a long session still gets its share of the time:
+    it waits in all a bounded multiple of what it ran, however many pauses it passes."""
+    monkeypatch.setattr(fg, "MAX_WAIT_SECONDS", 0.05)
+    clock = [0.0]
+    waited: list[float] = []
+
+    class Sustained(threading.Condition):
+        """A request is in the foreground all along: every wait lasts its whole limit
+        (counted on a clock of its own, nothing here sleeps)."""
+
+        def wait_for(self, predicate: Any, timeout: float | None = None) -> Any:
+            assert timeout is not None
+            waited.append(timeout)
+            clock[0] += timeout
+            return predicate()
+
+    monkeypatch.setattr(fg, "_clock", lambda: clock[0], raising=False)
+    monkeypatch.setattr(fg._gate, "condition", Sustained())
+    pauses, step = 2_000, 0.000_1  # 0.2 s of work, a pause every 0.1 ms
+
+    def precompute() -> None:
+        with background_work():
+            for _ in range(pauses):
+                clock[0] += step
+                yield_to_foreground()
+
+    with foreground():
+        thread = threading.Thread(target=precompute, daemon=True)
+        thread.start()
+        thread.join(PATIENCE)
+    assert not thread.is_alive()
+    assert waited  # it did step aside
+    ran = pauses * step
+    ratio = getattr(fg, "WAIT_PER_RUN", 10.0)
+    assert sum(waited) <= ratio * ran + fg.MAX_WAIT_SECONDS + 1e-9
+    assert max(waited) <= fg.MAX_WAIT_SECONDS
+
+
+def test_every_maintenance_entry_of_the_request_path_is_foreground(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`maintain` (a graph's maintenance step before `prepare(..., maintain=False)`) and
+    `emergency_fold` (after a context-length error, the plugins call it) do a request's
+    heaviest work: what is computed ahead steps aside meanwhile, as for `prepare`."""
+    import json
+
+    from cachepilot import CachePilot, Config
+    from cachepilot.artifacts import InMemoryArtifactStore
+    from cachepilot.messages import ToolCall
+
+    history = [Message("user", "Fix the build.")]
+    for n in range(12):
+        call = ToolCall(f"c{n}", "bash", json.dumps({"command": f"make {n}"}))
+        history.append(Message("assistant", "", tool_calls=(call,)))
+        lines = (f"src/m{n}_{i}.py:{i}: error {i * n}" for i in range(300))
+        history.append(Message("tool", "\n".join(lines), tool_call_id=call.id, name="bash"))
+    pilot = CachePilot(Config(provider="anthropic"), store=InMemoryArtifactStore())
+    seen: dict[str, list[int]] = {"maintain": [], "fold": []}
+    maintain, fold_edits = pilot._maintain, pilot._fold_edits
+
+    def counted_maintain(*args: Any, **kwargs: Any) -> Any:
+        seen["maintain"].append(requests_in_foreground())
+        return maintain(*args, **kwargs)
+
+    def counted_fold(*args: Any, **kwargs: Any) -> Any:
+        seen["fold"].append(requests_in_foreground())
+        return fold_edits(*args, **kwargs)
+
+    monkeypatch.setattr(pilot, "_maintain", counted_maintain)
+    monkeypatch.setattr(pilot, "_fold_edits", counted_fold)
+    pilot.maintain("You are a coder.", history, (), "t", now=1.0)
+    assert pilot.emergency_fold("You are a coder.", history, "t")
+    assert seen["maintain"] == [1]
+    assert seen["fold"] and set(seen["fold"]) == {1}

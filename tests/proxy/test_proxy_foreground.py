@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -101,4 +102,33 @@ def test_preparing_is_foreground_and_the_upstream_wait_is_not(tmp_path: Path) ->
     assert during_upstream == [0, 0]
     # The answer's record is saved in the foreground, the whole reply's and the stream's.
     assert during_save == [1, 1]
+    assert requests_in_foreground() == 0
+
+
+def test_reading_an_upstream_error_to_a_stream_request_is_not_foreground(tmp_path: Path) -> None:
+    """A stream request the upstream refuses (a 429, its body sent slowly): the request
+    waits for the upstream while it reads that body, and what is computed ahead goes on."""
+    during_body: list[int] = []
+
+    async def slow_error() -> AsyncIterator[bytes]:
+        during_body.append(requests_in_foreground())
+        await asyncio.sleep(0)
+        yield b'{"error": {"message": "slow down", "type": "rate_limit"}}'
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            429, content=slow_error(), headers={"content-type": "application/json"}
+        )
+
+    config = ProxyConfig(upstream="http://upstream.invalid", store=tmp_path / "proxy.sqlite")
+    engine = ProxyEngine(config, transport=httpx.MockTransport(upstream))
+    headers = {"content-type": "application/json", "x-cachepilot-thread": "t"}
+
+    async def run() -> int:
+        answer = await engine.handle("POST", "/v1/chat/completions", "", headers, _body(True))
+        await engine.aclose()
+        return answer.status
+
+    assert asyncio.run(run()) == 429
+    assert during_body == [0]
     assert requests_in_foreground() == 0

@@ -24,6 +24,7 @@ __all__ = [
     "fold_estimate",
     "fold_pays",
     "range_estimate",
+    "summary_estimate",
     "task_fold_estimate",
 ]
 
@@ -80,17 +81,28 @@ def range_estimate(
     summary is never smaller (`fold.plan.plan_fold`: it stands for all of that too), so a
     fold removes only what the range holds beyond it. (`fold_min_tokens` is the caller's to
     check.)"""
-    share = config.fold_summary_share if scaled else 0.0
-    most = config.fold_summary_max_tokens
-    budget = summary_budget(folded, config.fold_summary_tokens, share, most)
-    if share and earlier > 0:
-        budget = max(budget, min(earlier, most or earlier))
+    budget = summary_estimate(folded, config, scaled=scaled, earlier=earlier)
     removed = folded - budget
     remiss = folded + after - removed
     prepaid = max(0, min(prepaid, remiss))
     cost = (remiss - prepaid) * rate.remiss_per_token * (1.0 + config.fold_margin)
     pays = removed > 0 and removed * rate.saving_per_token > cost
     return FoldEstimate(pays, removed, remiss, rate, prepaid)
+
+
+def summary_estimate(
+    folded: int, config: MaintenanceConfig, *, scaled: bool = True, earlier: int = 0
+) -> int:
+    """The size of the summary a fold of a range of `folded` tokens writes, as
+    `fold.plan.plan_fold` sizes it: `fold_summary_share` of the range within its bounds
+    (`scaled`, else `fold_summary_tokens`), and never smaller than `earlier`, the body of an
+    earlier summary opening the range (only when scaled, as there)."""
+    share = config.fold_summary_share if scaled else 0.0
+    most = config.fold_summary_max_tokens
+    budget = summary_budget(folded, config.fold_summary_tokens, share, most)
+    if share and earlier > 0:
+        budget = max(budget, min(earlier, most or earlier))
+    return budget
 
 
 def earlier_summary_tokens(message: Message, counter: TokenCounter) -> int:

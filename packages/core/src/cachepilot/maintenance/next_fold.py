@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from cachepilot.fold.request import summary_budget
-from cachepilot.maintenance.fold_cost import range_estimate
+from cachepilot.maintenance.fold_cost import range_estimate, summary_estimate
 from cachepilot.maintenance.policy import MaintenanceConfig, rates
 from cachepilot.pricing import Price
 
@@ -40,6 +39,9 @@ class NextFold(NamedTuple):
     """Calls from now until it pays (0: it pays now)."""
     folded_tokens: int
     """Tokens of the range it is expected to take then."""
+    earlier_tokens: int = 0
+    """Tokens of the earlier fold summary that opens that range (its summary is never
+    smaller), 0 when none does."""
 
 
 def calls_until_fold(fold_calls: Sequence[int], *, complete: bool) -> int | None:
@@ -55,15 +57,6 @@ def calls_until_fold(fold_calls: Sequence[int], *, complete: bool) -> int | None
     if len(calls) < 2:
         return None
     return max(1, round((calls[-1] - calls[0]) / (len(calls) - 1)))
-
-
-def _budget(tokens: int, config: MaintenanceConfig) -> int:
-    return summary_budget(
-        tokens,
-        config.fold_summary_tokens,
-        config.fold_summary_share,
-        config.fold_summary_max_tokens,
-    )
 
 
 def calls_until_cost_fold(
@@ -95,17 +88,30 @@ def calls_until_cost_fold(
         rate = rates(config, price, call + j)
         estimate = range_estimate(size, after, config, rate, earlier=earlier)
         if estimate.removed_tokens >= config.fold_min_tokens and estimate.pays:
-            return NextFold(j, size)
+            return NextFold(j, size, earlier)
     return None
 
 
-def prepaid_remiss(folded: int, next_fold: int, config: MaintenanceConfig) -> int:
+def prepaid_remiss(
+    folded: int,
+    next_fold: int,
+    config: MaintenanceConfig,
+    *,
+    earlier: int = 0,
+    takes_earlier: bool = True,
+) -> int:
     """Tokens of a finished-task fold's re-miss the next cost-model fold would pay anyway.
 
     `folded`: tokens the finished-task fold takes (into a summary of `fold_summary_tokens`);
     `next_fold`: tokens of the range the cost-model fold would take (these among them). That
     fold re-misses its summary; after the finished-task fold its range is smaller by the
-    difference, and so is its summary.
+    difference, and so is its summary. `earlier`: the body of an earlier fold summary that
+    opens that range (`fold_cost.earlier_summary_tokens`), which its summary is never smaller
+    than (`fold_cost.summary_estimate`); `takes_earlier`: the finished-task fold's range opens
+    with it too, so that after it the cost-model fold's range opens with the finished tasks'
+    summary instead (else it still opens with the earlier one).
     """
     rest = max(0, next_fold - folded) + config.fold_summary_tokens
-    return max(0, _budget(max(next_fold, folded), config) - _budget(rest, config))
+    whole = summary_estimate(max(next_fold, folded), config, earlier=earlier)
+    after = summary_estimate(rest, config, earlier=0 if takes_earlier else earlier)
+    return max(0, whole - after)

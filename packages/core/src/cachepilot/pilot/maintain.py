@@ -51,7 +51,7 @@ from cachepilot.plan.epochs import Edit, Epoch, PlanView
 from cachepilot.pricing import Price
 from cachepilot.reduce.handles import host_handles
 from cachepilot.sim import get_profile
-from cachepilot.support.foreground import yield_to_foreground
+from cachepilot.support.foreground import foreground, yield_to_foreground
 from cachepilot.support.log_labels import thread_label
 from cachepilot.tokens import TokenCounter, get_counter
 
@@ -86,7 +86,7 @@ class Maintenance(PilotBase):
         check_pilot_thread(thread)
         check_request(system, messages, tools)
         state = self.state(thread)
-        with self._lock:
+        with foreground(), self._lock:  # a precomputation steps aside meanwhile
             in_tools = self._with_recall(tools, recall)
             # A scratch copy: the real frozen values change only with an epoch.
             scratch = state.canonical.model_copy(deep=True)
@@ -421,7 +421,7 @@ class Maintenance(PilotBase):
         check_pilot_thread(thread)
         check_request(system, messages, tools)
         state = self.state(thread)
-        with self._lock:
+        with foreground(), self._lock:  # a precomputation steps aside meanwhile
             try:
                 # A scratch copy: the real frozen values change only with an epoch.
                 scratch = state.canonical.model_copy(deep=True)
@@ -530,14 +530,24 @@ class Maintenance(PilotBase):
             else None
         )
         if nxt is not None:
+            fold, begin = nxt
+            # After this fold, the cost-model fold's range opens with its summary when both
+            # ranges open alike, else still with the earlier summary that opens it now.
+            prepaid = prepaid_remiss(
+                sum(sizes[start:cut]),
+                fold.folded_tokens,
+                cfg,
+                earlier=fold.earlier_tokens,
+                takes_earlier=start == begin,
+            )
             estimate = task_fold_estimate(
                 sizes,
                 start,
                 cut,
                 config=cfg,
                 price=price,
-                expected_calls=nxt.calls,
-                prepaid=prepaid_remiss(sum(sizes[start:cut]), nxt.folded_tokens, cfg),
+                expected_calls=fold.calls,
+                prepaid=prepaid,
             )
         pays = estimate.pays or (cold and estimate.removed_tokens > 0)
         return (keep_from, start_key, estimate, cut - start) if pays else None
@@ -729,11 +739,11 @@ def _next_cost_fold(
     start: int,
     cut: int,
     limit: int,
-) -> NextFold | None:
+) -> tuple[NextFold, int] | None:
     """The cost-model fold expected to take the view messages `[start, cut)` by itself (see
-    `maintenance.next_fold`), or None: folds by cost off, no range to fold, a range that
-    does not hold them all (kept conversation between: it would not take them), or no such
-    fold within `limit` calls."""
+    `maintenance.next_fold`) and the view index its range starts at, or None: folds by cost
+    off, no range to fold, a range that does not hold them all (kept conversation between:
+    it would not take them), or no such fold within `limit` calls."""
     if keeps is None or not cfg.fold_by_cost:
         return None
     stretch = keeps.stretch(trigger=False)
@@ -748,7 +758,7 @@ def _next_cost_fold(
         tokens, calls = sum(sizes[last_summary + 1 :]), state.calls - folds[-1]
     else:
         tokens, calls = sum(sizes[keeps.start :]), state.calls
-    return calls_until_cost_fold(
+    fold = calls_until_cost_fold(
         sum(sizes[begin:end]),
         sum(sizes[end:]),
         growth=tokens / max(1, calls),
@@ -758,6 +768,7 @@ def _next_cost_fold(
         limit=limit,
         earlier=earlier_summary_tokens(rendered.messages[begin], counter),
     )
+    return None if fold is None else (fold, begin)
 
 
 def _expected_task_calls(registry: LifecycleRegistry, horizon: float) -> int:

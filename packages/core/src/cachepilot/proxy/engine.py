@@ -632,7 +632,8 @@ class ProxyEngine:
         kind = response.headers.get("content-type", "")
         if response.status_code != 200 or "text/event-stream" not in kind:
             try:
-                data = await response.aread()
+                with waiting():
+                    data = await response.aread()
             except httpx.HTTPError as exc:
                 return error_answer(api, 502, f"upstream broke off: {type(exc).__name__}")
             finally:

@@ -9,22 +9,27 @@ the precomputation only ever saves later work.
 
 So the request path says when it works (`foreground`, and `waiting` around what it waits
 for), and background work stops at its next `yield_to_foreground` until no request is being
-prepared: at most `MAX_WAIT_SECONDS` at a time, so that a process that is never idle still
-finishes it, only later, and never while a request waits for its result
-(`awaiting_background`: the summary stage of a fold computed ahead). Only threads marked
-with `background_work` ever wait; anywhere else `yield_to_foreground` returns at once.
-Nothing here changes what is computed.
+prepared: at most `MAX_WAIT_SECONDS` at a time, and in all at most `WAIT_PER_RUN` times as
+long as it has run (its pause points are as dense as the messages it reads: with requests
+that never stop coming, a limit per pause alone made it wait 50 ms per message, hundreds
+of times as long as it computed), so that a process that is never idle still finishes it,
+only later; and never while a request waits for its result (`awaiting_background`: the
+summary stage of a fold computed ahead). Only threads marked with `background_work` ever
+wait; anywhere else `yield_to_foreground` returns at once. Nothing here changes what is
+computed.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 __all__ = [
     "MAX_WAIT_SECONDS",
+    "WAIT_PER_RUN",
     "awaiting_background",
     "background_work",
     "foreground",
@@ -36,6 +41,14 @@ __all__ = [
 
 MAX_WAIT_SECONDS = 0.05
 """The longest background work waits at one point for the requests in flight to be done."""
+
+WAIT_PER_RUN = 10.0
+"""Background work waits at most this many times as long as it has run (a pause may wait
+for what the work ran since its start or its last pause, times this, and what an earlier
+pause left unused; at most `MAX_WAIT_SECONDS`): under requests that never stop, it still
+gets a share of the time, whatever the number of its pause points."""
+
+_clock = time.monotonic
 
 
 class _Gate:
@@ -112,12 +125,18 @@ def requests_in_foreground() -> int:
 @contextmanager
 def background_work() -> Iterator[None]:
     """Mark the current thread's work as the kind that steps aside for requests."""
-    previous = getattr(_local, "background", False)
+    previous = (
+        getattr(_local, "background", False),
+        getattr(_local, "budget", 0.0),
+        getattr(_local, "mark", 0.0),
+    )
     _local.background = True
+    _local.budget = MAX_WAIT_SECONDS  # its first pause may wait the whole limit
+    _local.mark = _clock()
     try:
         yield
     finally:
-        _local.background = previous
+        _local.background, _local.budget, _local.mark = previous
 
 
 @contextmanager
@@ -133,9 +152,16 @@ def awaiting_background() -> Iterator[None]:
 
 def yield_to_foreground() -> None:
     """On a `background_work` thread, wait while a request is being prepared (at most
-    `MAX_WAIT_SECONDS`; not while a request awaits background work); anywhere else, return
-    at once. Cheap enough for a loop."""
+    `MAX_WAIT_SECONDS`, and `WAIT_PER_RUN` times what the work ran since its last pause
+    with what that pause left; not while a request awaits background work); anywhere
+    else, return at once. Cheap enough for a loop."""
     if not _gate.active or not getattr(_local, "background", False):
         return
-    with _gate.condition:
-        _gate.condition.wait_for(lambda: not _gate.paused(), timeout=MAX_WAIT_SECONDS)
+    now = _clock()
+    budget = min(MAX_WAIT_SECONDS, _local.budget + (now - _local.mark) * WAIT_PER_RUN)
+    if budget > 0:
+        with _gate.condition:
+            _gate.condition.wait_for(lambda: not _gate.paused(), timeout=budget)
+        after = _clock()
+        budget, now = max(0.0, budget - (after - now)), after
+    _local.budget, _local.mark = budget, now
