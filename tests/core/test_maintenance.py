@@ -131,6 +131,15 @@ def test_calls_until_fold_is_the_pace_of_the_folds_seen() -> None:
     assert calls_until_fold([3, 3], complete=False) == 1  # never zero
 
 
+def test_calls_until_fold_counts_the_calls_since_the_last_fold() -> None:
+    """At the pace of one fold every 7 calls, 5 calls after the last one the next is 2 calls
+    away, not 7: an edit of a message it will take saves its whole size for 2 calls only."""
+    folds = [15, 28, 32, 39, 42, 44]
+    assert calls_until_fold(folds, complete=True, now=44) == 7
+    assert calls_until_fold(folds, complete=True, now=49) == 2
+    assert calls_until_fold(folds, complete=True, now=60) == 1  # overdue: the next call
+
+
 def test_fold_trigger_cold_cache_and_fixed_schedule() -> None:
     counter = TokenCounter(CharEncoding())
     tail = Message(role="tool", content="y" * 996, tool_call_id="t")

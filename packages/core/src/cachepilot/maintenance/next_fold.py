@@ -44,10 +44,13 @@ class NextFold(NamedTuple):
     smaller), 0 when none does."""
 
 
-def calls_until_fold(fold_calls: Sequence[int], *, complete: bool) -> int | None:
+def calls_until_fold(
+    fold_calls: Sequence[int], *, complete: bool, now: int | None = None
+) -> int | None:
     """Calls until the next fold, judged from the calls at which the thread's folds were taken
     (in order): the mean gap between them (from call 0 when `complete`, the list reaching
-    back to the thread's start); None before two folds (one when `complete`) were seen.
+    back to the thread's start), less the calls since the last fold when `now` (the current
+    call) is given, at least 1; None before two folds (one when `complete`) were seen.
 
     A stub or an argument reduction of a message a fold will take saves its whole size only
     until that fold: after it the summary stands for the message, and the edit saves only what
@@ -56,7 +59,8 @@ def calls_until_fold(fold_calls: Sequence[int], *, complete: bool) -> int | None
     calls = [0, *fold_calls] if complete else list(fold_calls)
     if len(calls) < 2:
         return None
-    return max(1, round((calls[-1] - calls[0]) / (len(calls) - 1)))
+    gap = round((calls[-1] - calls[0]) / (len(calls) - 1))
+    return max(1, gap - (now - calls[-1] if now is not None else 0))
 
 
 def calls_until_cost_fold(

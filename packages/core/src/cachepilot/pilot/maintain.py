@@ -719,7 +719,8 @@ def _until_fold(
     if any(c.index < keeps.start for c in candidates):
         return None
     # The record keeps the last `_MAX_DECISIONS`: below that it reaches back to call 0.
-    return calls_until_fold(_fold_calls(state), complete=len(state.decisions) < _MAX_DECISIONS)
+    complete = len(state.decisions) < _MAX_DECISIONS
+    return calls_until_fold(_fold_calls(state), complete=complete, now=state.calls)
 
 
 def _fold_calls(state: PilotState) -> list[int]:
