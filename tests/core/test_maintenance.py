@@ -544,7 +544,8 @@ def test_an_argument_reduction_after_regular_folds_is_priced_by_their_pace() -> 
     for record in reductions:
         before = [c for c in folds if c < record.call]
         assert before, "the reduction comes after the thread has folded"
-        pace = round(before[-1] / len(before))  # the mean gap from call 0
+        # The mean gap from call 0, less the calls since the last fold.
+        pace = max(1, round(before[-1] / len(before)) - (record.call - before[-1]))
         horizon = round(record.call * 0.5)
         assert pace < horizon
         # Its whole size until the next fold, the summary's 0.4 of it for the rest.
