@@ -134,9 +134,8 @@ def _prepare(
         # Never smaller than the summary it replaces (it stands for all of that too): its
         # body, since the header and the host's pointer lines are written anew around it.
         before = counter.count(summary_body(previous.text)) if previous is not None else 0
-        budget = max(
-            summary_budget(tokens + before, summary_tokens, summary_share, summary_max_tokens),
-            min(before, summary_max_tokens or before),
+        budget = summary_budget(
+            tokens + before, summary_tokens, summary_share, summary_max_tokens, earlier=before
         )
     request = FoldRequest(
         folded_messages=tuple(new),

@@ -122,14 +122,23 @@ def _carried_handles(summary: str) -> list[str]:
 
 
 def summary_budget(
-    replaces: int, minimum: int, share: float = 0.0, maximum: int | None = None
+    replaces: int,
+    minimum: int,
+    share: float = 0.0,
+    maximum: int | None = None,
+    earlier: int = 0,
 ) -> int:
     """A fold summary's token budget: `share` of the view tokens it replaces, at least
     `minimum`, at most `maximum` (a zero share or no maximum: `minimum`). A fold of a long
-    stretch of work keeps more of its exact values than a fold of a short one."""
-    if maximum is None or share <= 0:
+    stretch of work keeps more of its exact values than a fold of a short one. With a share,
+    never smaller than `earlier`, the body of an earlier summary the fold replaces too (the
+    new one stands for all of it), up to `maximum`."""
+    if share <= 0:
         return minimum
-    return max(minimum, min(maximum, int(replaces * share)))
+    budget = minimum if maximum is None else max(minimum, min(maximum, int(replaces * share)))
+    if earlier > 0:
+        budget = max(budget, min(earlier, maximum or earlier))
+    return budget
 
 
 def summary_body(text: str) -> str:

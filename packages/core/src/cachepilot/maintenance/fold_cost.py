@@ -98,11 +98,9 @@ def summary_estimate(
     (`scaled`, else `fold_summary_tokens`), and never smaller than `earlier`, the body of an
     earlier summary opening the range (only when scaled, as there)."""
     share = config.fold_summary_share if scaled else 0.0
-    most = config.fold_summary_max_tokens
-    budget = summary_budget(folded, config.fold_summary_tokens, share, most)
-    if share and earlier > 0:
-        budget = max(budget, min(earlier, most or earlier))
-    return budget
+    return summary_budget(
+        folded, config.fold_summary_tokens, share, config.fold_summary_max_tokens, earlier
+    )
 
 
 def earlier_summary_tokens(message: Message, counter: TokenCounter) -> int:
